@@ -1,0 +1,38 @@
+// Package natstest starts a real JetStream server for tests.
+package natstest
+
+import (
+	"testing"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/pilotwire/pilotwire/pkg/natsembed"
+)
+
+// Start runs a JetStream server on a random loopback port with storage in
+// t.TempDir(), shut down at the end of the test. It returns the client URL.
+func Start(t testing.TB) string {
+	t.Helper()
+	s, err := natsembed.Start(natsembed.Options{Addr: "127.0.0.1:0", StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatalf("start nats: %v", err)
+	}
+	t.Cleanup(s.Shutdown)
+	return s.URL()
+}
+
+// Connect opens a client connection to url, closed at the end of the test.
+func Connect(t testing.TB, url string) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatalf("connect nats: %v", err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatalf("jetstream: %v", err)
+	}
+	return nc, js
+}

@@ -78,7 +78,7 @@ func (x PushDone_Result) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use PushDone_Result.Descriptor instead.
 func (PushDone_Result) EnumDescriptor() ([]byte, []int) {
-	return file_pilotwire_v1_push_proto_rawDescGZIP(), []int{3, 0}
+	return file_pilotwire_v1_push_proto_rawDescGZIP(), []int{4, 0}
 }
 
 // PushRequest is a debounced batch of changes, as Istio's model.PushRequest.
@@ -99,8 +99,11 @@ type PushRequest struct {
 	// Lowest change-stream sequence included.
 	FirstSeq uint64 `protobuf:"varint,6,opt,name=first_seq,json=firstSeq,proto3" json:"first_seq,omitempty"`
 	// Number of change records merged into this request.
-	MergedEvents  int32                  `protobuf:"varint,7,opt,name=merged_events,json=mergedEvents,proto3" json:"merged_events,omitempty"`
-	EmittedAt     *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=emitted_at,json=emittedAt,proto3" json:"emitted_at,omitempty"`
+	MergedEvents int32                  `protobuf:"varint,7,opt,name=merged_events,json=mergedEvents,proto3" json:"merged_events,omitempty"`
+	EmittedAt    *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=emitted_at,json=emittedAt,proto3" json:"emitted_at,omitempty"`
+	// Every change-stream sequence merged, as ascending ranges. A restarted
+	// debouncer skips redelivered changes already covered by the last request.
+	Covered       []*SeqRange `protobuf:"bytes,9,rep,name=covered,proto3" json:"covered,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -191,6 +194,66 @@ func (x *PushRequest) GetEmittedAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *PushRequest) GetCovered() []*SeqRange {
+	if x != nil {
+		return x.Covered
+	}
+	return nil
+}
+
+// SeqRange is an inclusive range of change-stream sequences.
+type SeqRange struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	First         uint64                 `protobuf:"varint,1,opt,name=first,proto3" json:"first,omitempty"`
+	Last          uint64                 `protobuf:"varint,2,opt,name=last,proto3" json:"last,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SeqRange) Reset() {
+	*x = SeqRange{}
+	mi := &file_pilotwire_v1_push_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SeqRange) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SeqRange) ProtoMessage() {}
+
+func (x *SeqRange) ProtoReflect() protoreflect.Message {
+	mi := &file_pilotwire_v1_push_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SeqRange.ProtoReflect.Descriptor instead.
+func (*SeqRange) Descriptor() ([]byte, []int) {
+	return file_pilotwire_v1_push_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *SeqRange) GetFirst() uint64 {
+	if x != nil {
+		return x.First
+	}
+	return 0
+}
+
+func (x *SeqRange) GetLast() uint64 {
+	if x != nil {
+		return x.Last
+	}
+	return 0
+}
+
 // PushOrder tells a frontend to bring one connection up to date.
 // Sent in a PushOrderBatch on <prefix>.fe.<frontend>.orders.
 type PushOrder struct {
@@ -209,7 +272,7 @@ type PushOrder struct {
 
 func (x *PushOrder) Reset() {
 	*x = PushOrder{}
-	mi := &file_pilotwire_v1_push_proto_msgTypes[1]
+	mi := &file_pilotwire_v1_push_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -221,7 +284,7 @@ func (x *PushOrder) String() string {
 func (*PushOrder) ProtoMessage() {}
 
 func (x *PushOrder) ProtoReflect() protoreflect.Message {
-	mi := &file_pilotwire_v1_push_proto_msgTypes[1]
+	mi := &file_pilotwire_v1_push_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -234,7 +297,7 @@ func (x *PushOrder) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PushOrder.ProtoReflect.Descriptor instead.
 func (*PushOrder) Descriptor() ([]byte, []int) {
-	return file_pilotwire_v1_push_proto_rawDescGZIP(), []int{1}
+	return file_pilotwire_v1_push_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *PushOrder) GetConnId() string {
@@ -297,7 +360,7 @@ type PushOrderBatch struct {
 
 func (x *PushOrderBatch) Reset() {
 	*x = PushOrderBatch{}
-	mi := &file_pilotwire_v1_push_proto_msgTypes[2]
+	mi := &file_pilotwire_v1_push_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -309,7 +372,7 @@ func (x *PushOrderBatch) String() string {
 func (*PushOrderBatch) ProtoMessage() {}
 
 func (x *PushOrderBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_pilotwire_v1_push_proto_msgTypes[2]
+	mi := &file_pilotwire_v1_push_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -322,7 +385,7 @@ func (x *PushOrderBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PushOrderBatch.ProtoReflect.Descriptor instead.
 func (*PushOrderBatch) Descriptor() ([]byte, []int) {
-	return file_pilotwire_v1_push_proto_rawDescGZIP(), []int{2}
+	return file_pilotwire_v1_push_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *PushOrderBatch) GetOrders() []*PushOrder {
@@ -356,7 +419,7 @@ type PushDone struct {
 
 func (x *PushDone) Reset() {
 	*x = PushDone{}
-	mi := &file_pilotwire_v1_push_proto_msgTypes[3]
+	mi := &file_pilotwire_v1_push_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -368,7 +431,7 @@ func (x *PushDone) String() string {
 func (*PushDone) ProtoMessage() {}
 
 func (x *PushDone) ProtoReflect() protoreflect.Message {
-	mi := &file_pilotwire_v1_push_proto_msgTypes[3]
+	mi := &file_pilotwire_v1_push_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -381,7 +444,7 @@ func (x *PushDone) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PushDone.ProtoReflect.Descriptor instead.
 func (*PushDone) Descriptor() ([]byte, []int) {
-	return file_pilotwire_v1_push_proto_rawDescGZIP(), []int{3}
+	return file_pilotwire_v1_push_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *PushDone) GetConnId() string {
@@ -430,7 +493,7 @@ var File_pilotwire_v1_push_proto protoreflect.FileDescriptor
 
 const file_pilotwire_v1_push_proto_rawDesc = "" +
 	"\n" +
-	"\x17pilotwire/v1/push.proto\x12\fpilotwire.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x19pilotwire/v1/change.proto\"\xa9\x03\n" +
+	"\x17pilotwire/v1/push.proto\x12\fpilotwire.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x19pilotwire/v1/change.proto\"\xdb\x03\n" +
 	"\vPushRequest\x12\x12\n" +
 	"\x04full\x18\x01 \x01(\bR\x04full\x128\n" +
 	"\vconfig_keys\x18\x02 \x03(\v2\x17.pilotwire.v1.ConfigKeyR\n" +
@@ -442,10 +505,14 @@ const file_pilotwire_v1_push_proto_rawDesc = "" +
 	"\tfirst_seq\x18\x06 \x01(\x04R\bfirstSeq\x12#\n" +
 	"\rmerged_events\x18\a \x01(\x05R\fmergedEvents\x129\n" +
 	"\n" +
-	"emitted_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\temittedAt\x1a:\n" +
+	"emitted_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\temittedAt\x120\n" +
+	"\acovered\x18\t \x03(\v2\x16.pilotwire.v1.SeqRangeR\acovered\x1a:\n" +
 	"\fReasonsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\"\xe5\x02\n" +
+	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\"4\n" +
+	"\bSeqRange\x12\x14\n" +
+	"\x05first\x18\x01 \x01(\x04R\x05first\x12\x12\n" +
+	"\x04last\x18\x02 \x01(\x04R\x04last\"\xe5\x02\n" +
 	"\tPushOrder\x12\x17\n" +
 	"\aconn_id\x18\x01 \x01(\tR\x06connId\x12\x17\n" +
 	"\apush_id\x18\x02 \x01(\x04R\x06pushId\x12\x12\n" +
@@ -492,33 +559,35 @@ func file_pilotwire_v1_push_proto_rawDescGZIP() []byte {
 }
 
 var file_pilotwire_v1_push_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_pilotwire_v1_push_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
+var file_pilotwire_v1_push_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
 var file_pilotwire_v1_push_proto_goTypes = []any{
 	(PushDone_Result)(0),          // 0: pilotwire.v1.PushDone.Result
 	(*PushRequest)(nil),           // 1: pilotwire.v1.PushRequest
-	(*PushOrder)(nil),             // 2: pilotwire.v1.PushOrder
-	(*PushOrderBatch)(nil),        // 3: pilotwire.v1.PushOrderBatch
-	(*PushDone)(nil),              // 4: pilotwire.v1.PushDone
-	nil,                           // 5: pilotwire.v1.PushRequest.ReasonsEntry
-	nil,                           // 6: pilotwire.v1.PushOrder.ReasonsEntry
-	(*ConfigKey)(nil),             // 7: pilotwire.v1.ConfigKey
-	(*timestamppb.Timestamp)(nil), // 8: google.protobuf.Timestamp
+	(*SeqRange)(nil),              // 2: pilotwire.v1.SeqRange
+	(*PushOrder)(nil),             // 3: pilotwire.v1.PushOrder
+	(*PushOrderBatch)(nil),        // 4: pilotwire.v1.PushOrderBatch
+	(*PushDone)(nil),              // 5: pilotwire.v1.PushDone
+	nil,                           // 6: pilotwire.v1.PushRequest.ReasonsEntry
+	nil,                           // 7: pilotwire.v1.PushOrder.ReasonsEntry
+	(*ConfigKey)(nil),             // 8: pilotwire.v1.ConfigKey
+	(*timestamppb.Timestamp)(nil), // 9: google.protobuf.Timestamp
 }
 var file_pilotwire_v1_push_proto_depIdxs = []int32{
-	7, // 0: pilotwire.v1.PushRequest.config_keys:type_name -> pilotwire.v1.ConfigKey
-	5, // 1: pilotwire.v1.PushRequest.reasons:type_name -> pilotwire.v1.PushRequest.ReasonsEntry
-	8, // 2: pilotwire.v1.PushRequest.start:type_name -> google.protobuf.Timestamp
-	8, // 3: pilotwire.v1.PushRequest.emitted_at:type_name -> google.protobuf.Timestamp
-	7, // 4: pilotwire.v1.PushOrder.config_keys:type_name -> pilotwire.v1.ConfigKey
-	6, // 5: pilotwire.v1.PushOrder.reasons:type_name -> pilotwire.v1.PushOrder.ReasonsEntry
-	8, // 6: pilotwire.v1.PushOrder.enqueued_at:type_name -> google.protobuf.Timestamp
-	2, // 7: pilotwire.v1.PushOrderBatch.orders:type_name -> pilotwire.v1.PushOrder
-	0, // 8: pilotwire.v1.PushDone.result:type_name -> pilotwire.v1.PushDone.Result
-	9, // [9:9] is the sub-list for method output_type
-	9, // [9:9] is the sub-list for method input_type
-	9, // [9:9] is the sub-list for extension type_name
-	9, // [9:9] is the sub-list for extension extendee
-	0, // [0:9] is the sub-list for field type_name
+	8,  // 0: pilotwire.v1.PushRequest.config_keys:type_name -> pilotwire.v1.ConfigKey
+	6,  // 1: pilotwire.v1.PushRequest.reasons:type_name -> pilotwire.v1.PushRequest.ReasonsEntry
+	9,  // 2: pilotwire.v1.PushRequest.start:type_name -> google.protobuf.Timestamp
+	9,  // 3: pilotwire.v1.PushRequest.emitted_at:type_name -> google.protobuf.Timestamp
+	2,  // 4: pilotwire.v1.PushRequest.covered:type_name -> pilotwire.v1.SeqRange
+	8,  // 5: pilotwire.v1.PushOrder.config_keys:type_name -> pilotwire.v1.ConfigKey
+	7,  // 6: pilotwire.v1.PushOrder.reasons:type_name -> pilotwire.v1.PushOrder.ReasonsEntry
+	9,  // 7: pilotwire.v1.PushOrder.enqueued_at:type_name -> google.protobuf.Timestamp
+	3,  // 8: pilotwire.v1.PushOrderBatch.orders:type_name -> pilotwire.v1.PushOrder
+	0,  // 9: pilotwire.v1.PushDone.result:type_name -> pilotwire.v1.PushDone.Result
+	10, // [10:10] is the sub-list for method output_type
+	10, // [10:10] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_pilotwire_v1_push_proto_init() }
@@ -533,7 +602,7 @@ func file_pilotwire_v1_push_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pilotwire_v1_push_proto_rawDesc), len(file_pilotwire_v1_push_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   6,
+			NumMessages:   7,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -1,0 +1,101 @@
+package svc
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/pilotwire/pilotwire/pkg/bus"
+)
+
+// Common is the configuration every service binary shares.
+type Common struct {
+	// NATSURL is the NATS server to use (--nats-url, env PILOTWIRE_NATS_URL,
+	// default nats://127.0.0.1:4222).
+	NATSURL string
+	// Prefix is the subject prefix (--prefix, env PILOTWIRE_PREFIX, default pw).
+	Prefix string
+	// HTTPAddr serves /healthz, /readyz, /metrics (--http-addr, env
+	// PILOTWIRE_HTTP_ADDR; each service has its own default).
+	HTTPAddr string
+	// LogLevel is debug, info, warn or error (--log-level, env
+	// PILOTWIRE_LOG_LEVEL, default info).
+	LogLevel string
+	// LogFormat is text or json (--log-format, env PILOTWIRE_LOG_FORMAT,
+	// default text).
+	LogFormat string
+	// Replicas for streams and buckets this service creates (--replicas, env
+	// PILOTWIRE_REPLICAS, default 1; use 3 on a NATS cluster).
+	Replicas int
+}
+
+// AddFlags registers the common flags on fs, with defaults taken from the
+// environment. defaultHTTP is the service's own default --http-addr.
+func (c *Common) AddFlags(fs *pflag.FlagSet, defaultHTTP string) {
+	fs.StringVar(&c.NATSURL, "nats-url", EnvString("PILOTWIRE_NATS_URL", "nats://127.0.0.1:4222"), "NATS server URL (env PILOTWIRE_NATS_URL)")
+	fs.StringVar(&c.Prefix, "prefix", EnvString("PILOTWIRE_PREFIX", bus.DefaultPrefix), "subject prefix shared by every service of one mesh (env PILOTWIRE_PREFIX)")
+	fs.StringVar(&c.HTTPAddr, "http-addr", EnvString("PILOTWIRE_HTTP_ADDR", defaultHTTP), "address for /healthz, /readyz and /metrics (env PILOTWIRE_HTTP_ADDR)")
+	fs.StringVar(&c.LogLevel, "log-level", EnvString("PILOTWIRE_LOG_LEVEL", "info"), "log level: debug, info, warn, error (env PILOTWIRE_LOG_LEVEL)")
+	fs.StringVar(&c.LogFormat, "log-format", EnvString("PILOTWIRE_LOG_FORMAT", "text"), "log format: text or json (env PILOTWIRE_LOG_FORMAT)")
+	fs.IntVar(&c.Replicas, "replicas", EnvInt("PILOTWIRE_REPLICAS", 1), "replicas of the streams and buckets this service creates (env PILOTWIRE_REPLICAS)")
+}
+
+// Names returns the bus names for the configured prefix.
+func (c *Common) Names() (bus.Names, error) { return bus.NewNames(c.Prefix) }
+
+// StreamOptions returns the stream options for the configured replicas.
+func (c *Common) StreamOptions() bus.StreamOptions { return bus.StreamOptions{Replicas: c.Replicas} }
+
+// EnvString returns the environment variable name, or def when unset.
+func EnvString(name, def string) string {
+	if v, ok := os.LookupEnv(name); ok && v != "" {
+		return v
+	}
+	return def
+}
+
+// EnvInt returns the environment variable name as an int, or def when unset
+// or invalid (an invalid value is reported on stderr once at start-up).
+func EnvInt(name string, def int) int {
+	v, ok := os.LookupEnv(name)
+	if !ok || v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "ignoring %s=%q: %v\n", name, v, err)
+		return def
+	}
+	return n
+}
+
+// EnvBool returns the environment variable name as a bool, or def.
+func EnvBool(name string, def bool) bool {
+	v, ok := os.LookupEnv(name)
+	if !ok || v == "" {
+		return def
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "ignoring %s=%q: %v\n", name, v, err)
+		return def
+	}
+	return b
+}
+
+// EnvDuration returns the environment variable name as a duration, or def.
+func EnvDuration(name string, def time.Duration) time.Duration {
+	v, ok := os.LookupEnv(name)
+	if !ok || v == "" {
+		return def
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "ignoring %s=%q: %v\n", name, v, err)
+		return def
+	}
+	return d
+}

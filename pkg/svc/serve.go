@@ -1,0 +1,77 @@
+package svc
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Deps are what a service's Run gets from its shell.
+type Deps struct {
+	NC     *nats.Conn
+	JS     jetstream.JetStream
+	Log    *slog.Logger
+	Reg    *prometheus.Registry
+	Health *Health
+	// HTTP takes extra handlers (debug endpoints); it already serves
+	// /healthz, /readyz and /metrics.
+	HTTP *HTTPServer
+}
+
+// Serve is the shell of a service binary: logger, metrics registry, HTTP
+// server, NATS connection; then run, until ctx ends or run returns.
+func Serve(ctx context.Context, c Common, component string, run func(ctx context.Context, d Deps) error) error {
+	log, err := NewLogger(os.Stderr, c.LogLevel, c.LogFormat, component)
+	if err != nil {
+		return err
+	}
+	d := Deps{Log: log, Reg: NewRegistry(), Health: &Health{}}
+	d.HTTP = NewHTTPServer(c.HTTPAddr, d.Reg, d.Health, log)
+	if err := d.HTTP.Listen(); err != nil {
+		return err
+	}
+	parent := ctx
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	httpErr := make(chan error, 1)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		httpErr <- d.HTTP.Serve(ctx)
+	}()
+	defer wg.Wait()
+	log.Info("starting", "http", d.HTTP.Addr(), "nats", c.NATSURL, "prefix", c.Prefix)
+	nc, js, err := Connect(ctx, c.NATSURL, "pilotwire-"+component, log)
+	if err != nil {
+		cancel()
+		return err
+	}
+	defer nc.Close()
+	d.NC, d.JS = nc, js
+	runErr := make(chan error, 1)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		runErr <- run(ctx, d)
+	}()
+	select {
+	case err = <-runErr:
+		cancel()
+	case err = <-httpErr:
+		cancel()
+		<-runErr
+	}
+	if err != nil && parent.Err() == nil {
+		log.Error("failed", "err", err)
+		return fmt.Errorf("%s: %w", component, err)
+	}
+	log.Info("stopped")
+	return nil
+}

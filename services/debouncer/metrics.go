@@ -1,0 +1,58 @@
+package debouncer
+
+import "github.com/prometheus/client_golang/prometheus"
+
+type metrics struct {
+	debounceTime   prometheus.Histogram
+	inbound        *prometheus.CounterVec
+	triggers       *prometheus.CounterVec
+	merged         prometheus.Histogram
+	pending        prometheus.Gauge
+	skipped        prometheus.Counter
+	badRecords     prometheus.Counter
+	publishErrors  prometheus.Counter
+	published      prometheus.Counter
+	lastThroughSeq prometheus.Gauge
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		debounceTime: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "pilot_debounce_time",
+			Help:    "Delay in seconds between the first merged change and the PushRequest being emitted.",
+			Buckets: []float64{.01, .05, .1, .2, .5, 1, 3, 5, 10, 20},
+		}),
+		inbound: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pilot_inbound_updates", Help: "Change records received by the debouncer, by type.",
+		}, []string{"type"}),
+		triggers: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pilot_push_triggers", Help: "Merged changes per push reason, counted when a PushRequest is emitted.",
+		}, []string{"type"}),
+		merged: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "pilotwire_debounce_merged_events",
+			Help:    "Change records merged into one PushRequest.",
+			Buckets: prometheus.ExponentialBuckets(1, 4, 9),
+		}),
+		pending: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "pilotwire_debounce_pending", Help: "Change records received and not yet in an emitted PushRequest.",
+		}),
+		skipped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pilotwire_debounce_redeliveries_skipped_total", Help: "Redelivered change records already covered by a published PushRequest.",
+		}),
+		badRecords: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pilotwire_debounce_bad_records_total", Help: "Undecodable change records (merged as full pushes with reason unknown).",
+		}),
+		publishErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pilotwire_debounce_publish_errors_total", Help: "Failed PushRequest publishes (retried).",
+		}),
+		published: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pilotwire_debounce_push_requests_total", Help: "PushRequests published.",
+		}),
+		lastThroughSeq: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "pilotwire_debounce_through_seq", Help: "through_seq of the last published PushRequest.",
+		}),
+	}
+	reg.MustRegister(m.debounceTime, m.inbound, m.triggers, m.merged, m.pending, m.skipped, m.badRecords,
+		m.publishErrors, m.published, m.lastThroughSeq)
+	return m
+}

@@ -1,0 +1,326 @@
+package debouncer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/pilotwire/pilotwire/pkg/bus"
+	"github.com/pilotwire/pilotwire/pkg/debounce"
+	"github.com/pilotwire/pilotwire/pkg/svc"
+	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
+)
+
+// Config of the debouncer. Flags and env vars are in cmd/debouncer.
+type Config struct {
+	svc.Common
+	Debounce debounce.Config
+	// MaxAckPending bounds the change records held un-acked (merged into a
+	// pending request). It must exceed the records one max window can hold.
+	MaxAckPending int
+}
+
+func timestampOf(t time.Time) *timestamppb.Timestamp { return timestamppb.New(t) }
+
+// held is a change message merged into a request that is not yet published.
+type emitted struct {
+	req  *debounce.Request
+	msgs []jetstream.Msg
+}
+
+// Run consumes change records and publishes PushRequests until ctx ends.
+func Run(ctx context.Context, cfg Config, d svc.Deps) error {
+	names, err := cfg.Names()
+	if err != nil {
+		return err
+	}
+	if cfg.MaxAckPending <= 0 {
+		cfg.MaxAckPending = 200_000
+	}
+	dcfg := debounce.New(cfg.Debounce).Config()
+	log := d.Log
+	m := newMetrics(d.Reg)
+	opts := cfg.StreamOptions()
+	changes, err := bus.EnsureStream(ctx, d.JS, names.ChangesConfig(opts))
+	if err != nil {
+		return err
+	}
+	pushes, err := bus.EnsureStream(ctx, d.JS, names.PushesConfig(opts))
+	if err != nil {
+		return err
+	}
+	// Only the last PushRequest can have been published without its changes
+	// acknowledged: one request is in flight at a time, and its changes are
+	// acknowledged (confirmed) before the next is emitted.
+	var lastCovered []*pb.SeqRange
+	last, err := bus.LastMsg(ctx, pushes, names.PushesSubject())
+	if err != nil {
+		return err
+	}
+	if last != nil {
+		pr := &pb.PushRequest{}
+		if err := proto.Unmarshal(last.Data, pr); err != nil {
+			return fmt.Errorf("decode last push request (seq %d): %w", last.Sequence, err)
+		}
+		lastCovered = pr.GetCovered()
+		m.lastThroughSeq.Set(float64(pr.GetThroughSeq()))
+	}
+	cons, err := changes.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
+		Durable:       names.DebouncerConsumer(),
+		Description:   "debouncer: change records to PushRequests",
+		FilterSubject: names.ChangesAll(),
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		// Changes stay un-acked while merged; redelivery must not come
+		// sooner than the longest a change can wait.
+		AckWait:       2*dcfg.DebounceMax + 30*time.Second,
+		MaxAckPending: cfg.MaxAckPending,
+		MaxDeliver:    -1,
+	})
+	if err != nil {
+		return fmt.Errorf("debouncer consumer: %w", err)
+	}
+	it, err := cons.Messages(jetstream.PullMaxMessages(1024))
+	if err != nil {
+		return fmt.Errorf("consume changes: %w", err)
+	}
+
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer it.Stop()
+	loopCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	msgs := make(chan jetstream.Msg, 1024)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			msg, err := it.Next()
+			if err != nil {
+				if errors.Is(err, jetstream.ErrMsgIteratorClosed) || loopCtx.Err() != nil {
+					return
+				}
+				log.Warn("next change", "err", err)
+				continue
+			}
+			select {
+			case msgs <- msg:
+			case <-loopCtx.Done():
+				return
+			}
+		}
+	}()
+
+	toPublish := make(chan emitted, 1)
+	published := make(chan emitted, 1)
+	p := &publisher{js: d.JS, subject: names.PushesSubject(), log: log, m: m}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		p.run(loopCtx, toPublish, published)
+	}()
+
+	d.Health.SetReady()
+	log.Info("debouncer ready", "debounce_after", dcfg.DebounceAfter, "debounce_max", dcfg.DebounceMax, "eds_debounce", dcfg.EnableEDSDebounce)
+
+	l := &loop{deb: debounce.New(dcfg), held: make(map[uint64]jetstream.Msg), covered: lastCovered, log: log, m: m, toPublish: toPublish}
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case msg := <-msgs:
+			l.add(msg, time.Now())
+		case <-timer.C:
+			l.tick(time.Now())
+		case e := <-published:
+			l.done(e, time.Now())
+		}
+		l.arm(timer, time.Now())
+	}
+}
+
+// loop is the state owned by Run's select loop.
+type loop struct {
+	deb       *debounce.Debouncer
+	held      map[uint64]jetstream.Msg // merged, not yet published
+	covered   []*pb.SeqRange           // sequences of recently published requests
+	log       *slog.Logger
+	m         *metrics
+	toPublish chan<- emitted
+	armed     time.Time
+}
+
+func (l *loop) add(msg jetstream.Msg, now time.Time) {
+	md, err := msg.Metadata()
+	if err != nil {
+		l.log.Error("change message without metadata", "subject", msg.Subject(), "err", err)
+		_ = msg.Term()
+		return
+	}
+	seq := md.Sequence.Stream
+	if covers(l.covered, seq) {
+		// Published before a restart or a lost ack: acknowledge, count once.
+		l.m.skipped.Inc()
+		_ = msg.Ack()
+		return
+	}
+	if _, ok := l.held[seq]; ok {
+		// Redelivered while still merged: keep the newest handle only.
+		l.held[seq] = msg
+		return
+	}
+	ev, _, err := toEvent(msg.Data(), seq)
+	if err != nil {
+		l.m.badRecords.Inc()
+		l.log.Error("bad change record, merging as a full push", "seq", seq, "err", err)
+		ev = debounce.Event{Seq: seq, Full: true, Reason: debounce.UnknownReason}
+	}
+	l.m.inbound.WithLabelValues(ev.Reason).Inc()
+	l.held[seq] = msg
+	l.deb.Add(ev, now)
+	l.tick(now)
+}
+
+func (l *loop) tick(now time.Time) {
+	if req, ok := l.deb.Tick(now); ok {
+		l.emit(req, now)
+	}
+}
+
+func (l *loop) emit(req *debounce.Request, now time.Time) {
+	e := emitted{req: req, msgs: make([]jetstream.Msg, 0, len(req.Seqs))}
+	for _, s := range req.Seqs {
+		if msg, ok := l.held[s]; ok {
+			e.msgs = append(e.msgs, msg)
+		}
+	}
+	l.m.debounceTime.Observe(now.Sub(req.FirstAdded).Seconds())
+	l.m.merged.Observe(float64(req.Merged))
+	for r, n := range req.Reasons {
+		l.m.triggers.WithLabelValues(r).Add(float64(n))
+	}
+	l.toPublish <- e // never blocks: one request in flight at a time
+}
+
+func (l *loop) done(e emitted, now time.Time) {
+	for _, s := range e.req.Seqs {
+		delete(l.held, s)
+	}
+	// Remember the last few requests' sequences to recognise redeliveries
+	// whose ack was lost.
+	l.covered = append(l.covered, ranges(e.req.Seqs)...)
+	if n := len(l.covered); n > 4096 {
+		l.covered = append([]*pb.SeqRange(nil), l.covered[n-4096:]...)
+	}
+	if req, ok := l.deb.Done(now); ok {
+		l.emit(req, now)
+	}
+}
+
+// arm sets the timer to the debouncer's next deadline.
+func (l *loop) arm(t *time.Timer, now time.Time) {
+	l.m.pending.Set(float64(l.deb.Pending()))
+	dl, ok := l.deb.NextDeadline()
+	if !ok {
+		if !l.armed.IsZero() {
+			t.Stop()
+			l.armed = time.Time{}
+		}
+		return
+	}
+	if dl.Equal(l.armed) {
+		return
+	}
+	t.Stop()
+	t.Reset(max(0, dl.Sub(now)))
+	l.armed = dl
+}
+
+// publisher publishes one request at a time, retrying until it is durable,
+// then acknowledges the request's change records.
+type publisher struct {
+	js      jetstream.JetStream
+	subject string
+	log     *slog.Logger
+	m       *metrics
+}
+
+func (p *publisher) run(ctx context.Context, in <-chan emitted, out chan<- emitted) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case e := <-in:
+			if err := p.publish(ctx, e); err != nil {
+				return // ctx ended; the changes stay un-acked and are redelivered
+			}
+			select {
+			case out <- e:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}
+}
+
+func (p *publisher) publish(ctx context.Context, e emitted) error {
+	pr := toProto(e.req)
+	pr.EmittedAt = timestamppb.Now()
+	b, err := proto.Marshal(pr)
+	if err != nil {
+		return fmt.Errorf("marshal push request: %w", err)
+	}
+	msgID := "push-" + strconv.FormatUint(pr.GetThroughSeq(), 10)
+	backoff := 100 * time.Millisecond
+	for {
+		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		ack, err := p.js.Publish(pctx, p.subject, b, jetstream.WithMsgID(msgID))
+		cancel()
+		if err == nil {
+			p.m.published.Inc()
+			p.m.lastThroughSeq.Set(float64(pr.GetThroughSeq()))
+			p.log.Debug("push request published", "seq", ack.Sequence, "through_seq", pr.GetThroughSeq(), "merged", pr.GetMergedEvents(), "full", pr.GetFull(), "duplicate", ack.Duplicate)
+			break
+		}
+		p.m.publishErrors.Inc()
+		p.log.Warn("publish push request, retrying", "through_seq", pr.GetThroughSeq(), "err", err, "backoff", backoff)
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+	// Acknowledge every change; the last ack is confirmed by the server, and
+	// acks on one connection are processed in order, so when it returns all
+	// of them are recorded.
+	for i, msg := range e.msgs {
+		if i == len(e.msgs)-1 {
+			actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			err := msg.DoubleAck(actx)
+			cancel()
+			if err != nil {
+				p.log.Warn("confirm change acks (they will be redelivered and skipped)", "err", err)
+			}
+			continue
+		}
+		if err := msg.Ack(); err != nil {
+			p.log.Warn("ack change", "err", err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,64 @@
+package pusher
+
+import "github.com/prometheus/client_golang/prometheus"
+
+type metrics struct {
+	queueTime    prometheus.Histogram
+	orders       *prometheus.CounterVec
+	queueLen     prometheus.Gauge
+	inFlight     prometheus.Gauge
+	doneTimeouts prometheus.Counter
+	skipped      *prometheus.CounterVec
+	dones        *prometheus.CounterVec
+	connections  prometheus.Gauge
+	frontends    prometheus.Gauge
+	badMessages  *prometheus.CounterVec
+	pushRequests prometheus.Counter
+	latestSeq    prometheus.Gauge
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		queueTime: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "pilot_proxy_queue_time",
+			Help:    "Time in seconds a connection waits in the push queue before its push is dispatched.",
+			Buckets: []float64{.001, .005, .01, .05, .1, .5, 1, 3, 5, 10, 20, 30},
+		}),
+		orders: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pilotwire_pusher_orders_total", Help: "Push orders dispatched to frontends, by type (full, eds).",
+		}, []string{"type"}),
+		queueLen: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "pilotwire_pusher_queue_length", Help: "Connections waiting in the push queue.",
+		}),
+		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "pilotwire_pusher_in_flight", Help: "Connections with a push order dispatched and not yet done.",
+		}),
+		doneTimeouts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pilotwire_pusher_done_timeouts_total", Help: "Push orders whose completion never came in time.",
+		}),
+		skipped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pilotwire_pusher_skipped_total", Help: "Connections not pushed for a PushRequest, by reason (scope, synced).",
+		}, []string{"reason"}),
+		dones: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pilotwire_pusher_done_total", Help: "Push completions reported by frontends, by result.",
+		}, []string{"result"}),
+		connections: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "pilotwire_pusher_connections", Help: "Connections known from the registry.",
+		}),
+		frontends: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "pilotwire_pusher_frontends", Help: "Live frontends known from the registry.",
+		}),
+		badMessages: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pilotwire_pusher_bad_messages_total", Help: "Undecodable messages, by source.",
+		}, []string{"source"}),
+		pushRequests: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pilotwire_pusher_push_requests_total", Help: "PushRequests consumed.",
+		}),
+		latestSeq: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "pilotwire_pusher_latest_through_seq", Help: "through_seq of the latest PushRequest.",
+		}),
+	}
+	reg.MustRegister(m.queueTime, m.orders, m.queueLen, m.inFlight, m.doneTimeouts, m.skipped, m.dones,
+		m.connections, m.frontends, m.badMessages, m.pushRequests, m.latestSeq)
+	return m
+}

@@ -1,0 +1,193 @@
+package pusher
+
+import (
+	"context"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/pilotwire/pilotwire/pkg/bus"
+	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
+)
+
+// watchRegistry follows the registry bucket: frontend heartbeats and
+// connections. After the initial values it queues every connection that is
+// behind the latest PushRequest.
+func (p *Pusher) watchRegistry(ctx context.Context) {
+	for ctx.Err() == nil {
+		w, err := p.kv.WatchAll(ctx)
+		if err != nil {
+			p.log.Warn("watch registry", "err", err)
+			if !sleepCtx(ctx, time.Second) {
+				return
+			}
+			continue
+		}
+		for e := range w.Updates() {
+			if e == nil {
+				p.initialSynced()
+				continue
+			}
+			p.applyEntry(e)
+		}
+		_ = w.Stop()
+	}
+}
+
+func (p *Pusher) initialSynced() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.synced = true
+	behind := 0
+	for id, c := range p.conns {
+		if c.synced < p.latest {
+			behind++
+		}
+		p.catchUpLocked(id, c)
+	}
+	p.log.Info("registry loaded", "frontends", len(p.frontends), "connections", len(p.conns), "behind", behind, "latest_seq", p.latest)
+}
+
+func (p *Pusher) applyEntry(e jetstream.KeyValueEntry) {
+	kind, fe, conn, ok := parseKey(e.Key())
+	if !ok {
+		return
+	}
+	deleted := e.Operation() != jetstream.KeyValuePut
+	now := p.now()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch kind {
+	case "fe":
+		if deleted {
+			p.forgetFrontendLocked(fe)
+			return
+		}
+		info := &pb.FrontendInfo{}
+		if err := proto.Unmarshal(e.Value(), info); err != nil {
+			p.m.badMessages.WithLabelValues("registry").Inc()
+			return
+		}
+		p.frontends[fe] = &frontendState{info: info, lastSeen: now}
+		p.m.frontends.Set(float64(len(p.frontends)))
+	case "conn":
+		if deleted {
+			p.forgetConnLocked(conn)
+			return
+		}
+		info := &pb.ConnectionInfo{}
+		if err := proto.Unmarshal(e.Value(), info); err != nil {
+			p.m.badMessages.WithLabelValues("registry").Inc()
+			return
+		}
+		if _, known := p.frontends[fe]; !known {
+			// Give a frontend whose heartbeat has not been seen yet one
+			// timeout to show up.
+			p.frontends[fe] = &frontendState{info: &pb.FrontendInfo{Id: fe}, lastSeen: now}
+		}
+		c, ok := p.conns[conn]
+		if !ok {
+			c = &connState{}
+			p.conns[conn] = c
+			p.m.connections.Set(float64(len(p.conns)))
+		}
+		c.info = info
+		c.synced = max(c.synced, info.GetSyncedSeq())
+		p.catchUpLocked(conn, c)
+	}
+}
+
+// forgetFrontendLocked drops a frontend and every connection it held.
+func (p *Pusher) forgetFrontendLocked(fe string) []string {
+	delete(p.frontends, fe)
+	var gone []string
+	for id, c := range p.conns {
+		if c.info.GetFrontend() == fe {
+			p.forgetConnLocked(id)
+			gone = append(gone, id)
+		}
+	}
+	p.m.frontends.Set(float64(len(p.frontends)))
+	return gone
+}
+
+// sweep expires dead frontends and overdue push orders once a second.
+func (p *Pusher) sweep(ctx context.Context) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		p.expireFrontends(ctx)
+		p.expireOrders()
+	}
+}
+
+func (p *Pusher) expireFrontends(ctx context.Context) {
+	now := p.now()
+	type dead struct {
+		fe    string
+		conns []string
+	}
+	var deads []dead
+	p.mu.Lock()
+	for id, f := range p.frontends {
+		if now.Sub(f.lastSeen) > p.cfg.FrontendTimeout {
+			deads = append(deads, dead{fe: id, conns: p.forgetFrontendLocked(id)})
+		}
+	}
+	p.mu.Unlock()
+	for _, d := range deads {
+		p.log.Warn("frontend dead, forgetting its connections", "frontend", d.fe, "connections", len(d.conns))
+		// Clean its entries so a restarted pusher does not see them.
+		for _, c := range d.conns {
+			_ = p.kv.Delete(ctx, bus.ConnKey(d.fe, c))
+		}
+		_ = p.kv.Delete(ctx, bus.FrontendKey(d.fe))
+	}
+}
+
+func (p *Pusher) expireOrders() {
+	now := p.now()
+	var timedOut []*inflight
+	p.mu.Lock()
+	for id, f := range p.inflight {
+		if now.After(f.deadline) {
+			delete(p.inflight, id)
+			timedOut = append(timedOut, f)
+		}
+	}
+	p.mu.Unlock()
+	for _, f := range timedOut {
+		p.m.doneTimeouts.Inc()
+		p.q.MarkDone(f.conn)
+		p.mu.Lock()
+		c := p.conns[f.conn]
+		if c != nil && !f.retried {
+			p.log.Warn("push done timed out, re-queueing once", "conn", f.conn, "through_seq", f.req.through)
+			p.retry[f.conn] = true
+			p.enqueueLocked(f.conn, f.req)
+		} else if c != nil {
+			p.log.Warn("push done timed out again; waiting for the next change or registry update", "conn", f.conn)
+			delete(p.retry, f.conn)
+			p.queuedUntil[f.conn] = 0
+		}
+		p.mu.Unlock()
+	}
+	p.m.inFlight.Set(float64(p.q.InFlight()))
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

@@ -1,0 +1,97 @@
+package pusher
+
+import (
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
+)
+
+// request is what is queued for one connection: the merge of every
+// PushRequest (or catch-up) that reached it since its last dispatch.
+type request struct {
+	full     bool
+	through  uint64
+	keys     map[keyID]*pb.ConfigKey
+	reasons  map[string]int32
+	enqueued time.Time
+}
+
+type keyID struct{ kind, ns, name, cluster string }
+
+func newRequest(pr *pb.PushRequest, now time.Time) *request {
+	r := &request{
+		full:     pr.GetFull(),
+		through:  pr.GetThroughSeq(),
+		keys:     make(map[keyID]*pb.ConfigKey, len(pr.GetConfigKeys())),
+		reasons:  maps.Clone(pr.GetReasons()),
+		enqueued: now,
+	}
+	for _, k := range pr.GetConfigKeys() {
+		r.keys[keyID{k.GetKind(), k.GetNamespace(), k.GetName(), k.GetCluster()}] = k
+	}
+	return r
+}
+
+// catchUp is the request for a connection found behind the latest sequence:
+// a full push, since what it missed is unknown.
+func catchUp(through uint64, now time.Time) *request {
+	return &request{full: true, through: through, reasons: map[string]int32{"catchup": 1}, enqueued: now}
+}
+
+// Merge folds o into r (Istio's PushRequest.Merge): full OR-ed, keys and
+// reasons unioned, the highest sequence and the earliest enqueue time kept.
+func (r *request) Merge(o *request) *request {
+	if r == nil {
+		return o
+	}
+	if o == nil {
+		return r
+	}
+	out := &request{
+		full:     r.full || o.full,
+		through:  max(r.through, o.through),
+		keys:     make(map[keyID]*pb.ConfigKey, len(r.keys)+len(o.keys)),
+		reasons:  make(map[string]int32, len(r.reasons)+len(o.reasons)),
+		enqueued: r.enqueued,
+	}
+	if o.enqueued.Before(out.enqueued) {
+		out.enqueued = o.enqueued
+	}
+	maps.Copy(out.keys, r.keys)
+	maps.Copy(out.keys, o.keys)
+	for k, v := range r.reasons {
+		out.reasons[k] += v
+	}
+	for k, v := range o.reasons {
+		out.reasons[k] += v
+	}
+	return out
+}
+
+func (r *request) order(connID string, pushID uint64) *pb.PushOrder {
+	o := &pb.PushOrder{
+		ConnId:     connID,
+		PushId:     pushID,
+		Full:       r.full,
+		Reasons:    r.reasons,
+		ThroughSeq: r.through,
+	}
+	ids := slices.SortedFunc(maps.Keys(r.keys), func(a, b keyID) int {
+		return strings.Compare(a.kind+"/"+a.ns+"/"+a.name+"/"+a.cluster, b.kind+"/"+b.ns+"/"+b.name+"/"+b.cluster)
+	})
+	for _, id := range ids {
+		o.ConfigKeys = append(o.ConfigKeys, r.keys[id])
+	}
+	return o
+}
+
+// pushType labels a request in metrics.
+func (r *request) pushType() string {
+	if r.full {
+		return "full"
+	}
+	return "eds"
+}

@@ -1,0 +1,345 @@
+package pusher
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/pilotwire/pilotwire/pkg/bus"
+	"github.com/pilotwire/pilotwire/pkg/pushqueue"
+	"github.com/pilotwire/pilotwire/pkg/svc"
+	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
+)
+
+// Config of the pusher. Flags and env vars are in cmd/pusher.
+type Config struct {
+	svc.Common
+	// Throttle is the most connections processed at once
+	// (PILOT_PUSH_THROTTLE; default min(15+5*GOMAXPROCS, 100) as Istio).
+	Throttle int
+	// Shard names this pusher's durable consumer; one active pusher per
+	// shard (default "0"). Sharding by frontend comes later.
+	Shard string
+	// ID is unique per process; PushDone reports come to its subject.
+	ID string
+	// PushTimeout is how long a dispatched order may wait for its PushDone.
+	PushTimeout time.Duration
+	// FrontendTimeout: a frontend without a heartbeat for this long is
+	// dead and its connections are forgotten.
+	FrontendTimeout time.Duration
+	// DrainTimeout bounds the dispatch of queued work on shutdown.
+	DrainTimeout time.Duration
+}
+
+func defaultID() string {
+	h, _ := os.Hostname()
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return "pusher-" + h + "-" + hex.EncodeToString(b[:])
+}
+
+// Pusher fans PushRequests out to connections.
+type Pusher struct {
+	// set at construction
+	cfg   Config
+	names bus.Names
+	nc    *nats.Conn
+	kv    jetstream.KeyValue
+	log   *slog.Logger
+	m     *metrics
+	q     *pushqueue.Queue[*request]
+	now   func() time.Time
+
+	// guarded by mu
+	mu          sync.Mutex
+	frontends   map[string]*frontendState
+	conns       map[string]*connState
+	latest      uint64 // through_seq of the latest PushRequest
+	synced      bool   // registry's initial values are loaded
+	inflight    map[uint64]*inflight
+	lastPushID  uint64
+	queuedUntil map[string]uint64 // highest through_seq queued or in flight per conn
+	retry       map[string]bool   // conn re-queued once after a timeout
+}
+
+// Run runs the pusher until ctx ends.
+func Run(ctx context.Context, cfg Config, d svc.Deps) error {
+	names, err := cfg.Names()
+	if err != nil {
+		return err
+	}
+	if cfg.Throttle <= 0 {
+		cfg.Throttle = pushqueue.DefaultThrottle()
+	}
+	if cfg.Shard == "" {
+		cfg.Shard = "0"
+	}
+	if cfg.ID == "" {
+		cfg.ID = defaultID()
+	}
+	if cfg.PushTimeout <= 0 {
+		cfg.PushTimeout = 30 * time.Second
+	}
+	if cfg.FrontendTimeout <= 0 {
+		cfg.FrontendTimeout = 6 * time.Second
+	}
+	if cfg.DrainTimeout <= 0 {
+		cfg.DrainTimeout = 5 * time.Second
+	}
+	opts := cfg.StreamOptions()
+	pushes, err := bus.EnsureStream(ctx, d.JS, names.PushesConfig(opts))
+	if err != nil {
+		return err
+	}
+	kv, err := bus.EnsureKV(ctx, d.JS, names.RegistryConfig(opts))
+	if err != nil {
+		return err
+	}
+	p := &Pusher{
+		cfg:         cfg,
+		names:       names,
+		nc:          d.NC,
+		kv:          kv,
+		log:         d.Log.With("pusher", cfg.ID),
+		m:           newMetrics(d.Reg),
+		q:           pushqueue.New(pushqueue.Config{MaxInFlight: cfg.Throttle}, (*request).Merge),
+		now:         time.Now,
+		frontends:   make(map[string]*frontendState),
+		conns:       make(map[string]*connState),
+		inflight:    make(map[uint64]*inflight),
+		queuedUntil: make(map[string]uint64),
+		retry:       make(map[string]bool),
+	}
+	last, err := bus.LastMsg(ctx, pushes, names.PushesSubject())
+	if err != nil {
+		return err
+	}
+	if last != nil {
+		pr := &pb.PushRequest{}
+		if err := proto.Unmarshal(last.Data, pr); err == nil {
+			p.latest = pr.GetThroughSeq()
+		}
+	}
+	cons, err := pushes.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
+		Durable:       names.PusherConsumer(cfg.Shard),
+		Description:   "pusher: PushRequests to per-connection push orders",
+		FilterSubject: names.PushesSubject(),
+		// A new pusher needs no old requests: it compares every connection
+		// with the latest sequence instead.
+		DeliverPolicy: jetstream.DeliverNewPolicy,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       30 * time.Second,
+		MaxDeliver:    -1,
+	})
+	if err != nil {
+		return fmt.Errorf("pusher consumer: %w", err)
+	}
+
+	doneSub, err := d.NC.Subscribe(names.DoneSubject(cfg.ID), p.handleDone)
+	if err != nil {
+		return fmt.Errorf("subscribe done: %w", err)
+	}
+	defer func() { _ = doneSub.Unsubscribe() }()
+
+	var wg sync.WaitGroup
+	bg, cancelBG := context.WithCancel(context.Background())
+	defer cancelBG()
+	start := func(f func(context.Context)) {
+		wg.Add(1)
+		go func() { defer wg.Done(); f(bg) }()
+	}
+	start(p.watchRegistry)
+	start(p.sweep)
+	dispatchDone := make(chan struct{})
+	wg.Add(1)
+	go func() { defer wg.Done(); defer close(dispatchDone); p.dispatch(bg) }()
+
+	it, err := cons.Messages(jetstream.PullMaxMessages(64))
+	if err != nil {
+		cancelBG()
+		wg.Wait()
+		return fmt.Errorf("consume pushes: %w", err)
+	}
+	consumeDone := make(chan struct{})
+	go func() {
+		defer close(consumeDone)
+		for {
+			msg, err := it.Next()
+			if err != nil {
+				if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+					return
+				}
+				p.log.Warn("next push request", "err", err)
+				continue
+			}
+			p.handlePushRequest(msg)
+		}
+	}()
+	d.Health.SetReady()
+	p.log.Info("pusher ready", "throttle", cfg.Throttle, "latest_seq", p.latest)
+
+	<-ctx.Done()
+	it.Stop()
+	<-consumeDone
+	// Drain what is queued within the deadline, then stop.
+	p.q.ShutDown()
+	t := time.NewTimer(cfg.DrainTimeout)
+	select {
+	case <-dispatchDone:
+	case <-t.C:
+		p.log.Warn("drain deadline passed", "queued", p.q.Len())
+	}
+	t.Stop()
+	cancelBG()
+	wg.Wait()
+	return nil
+}
+
+// handlePushRequest queues the request for every connection it can affect,
+// then acknowledges it (the queue is the pusher's durable-enough state: a
+// restart re-derives it by comparing sequences).
+func (p *Pusher) handlePushRequest(msg jetstream.Msg) {
+	pr := &pb.PushRequest{}
+	if err := proto.Unmarshal(msg.Data(), pr); err != nil {
+		p.m.badMessages.WithLabelValues("push_request").Inc()
+		p.log.Error("undecodable push request", "err", err)
+		_ = msg.Term()
+		return
+	}
+	p.m.pushRequests.Inc()
+	now := p.now()
+	req := newRequest(pr, now)
+	p.mu.Lock()
+	prev := p.latest
+	p.latest = max(p.latest, pr.GetThroughSeq())
+	p.m.latestSeq.Set(float64(p.latest))
+	for id, c := range p.conns {
+		switch {
+		case c.synced >= req.through:
+			p.m.skipped.WithLabelValues("synced").Inc()
+		case !needsPush(c.info, req) && c.synced >= prev:
+			// Up to date before, untouched by this change: up to date now.
+			c.synced = req.through
+			p.m.skipped.WithLabelValues("scope").Inc()
+		default:
+			p.enqueueLocked(id, req)
+		}
+	}
+	p.mu.Unlock()
+	p.m.queueLen.Set(float64(p.q.Len()))
+	if err := msg.Ack(); err != nil {
+		p.log.Warn("ack push request", "err", err)
+	}
+}
+
+func (p *Pusher) enqueueLocked(conn string, r *request) {
+	p.queuedUntil[conn] = max(p.queuedUntil[conn], r.through)
+	p.q.Enqueue(conn, r)
+}
+
+// catchUpLocked queues a connection that is behind the latest sequence and
+// has nothing queued or in flight that would bring it there.
+func (p *Pusher) catchUpLocked(conn string, c *connState) {
+	if !p.synced || c.synced >= p.latest || p.queuedUntil[conn] >= p.latest {
+		return
+	}
+	p.enqueueLocked(conn, catchUp(p.latest, p.now()))
+}
+
+// dispatch takes connections off the queue (the queue enforces the
+// throttle) and sends each its push order.
+func (p *Pusher) dispatch(ctx context.Context) {
+	for {
+		conn, req, err := p.q.Dequeue(ctx)
+		if err != nil {
+			return
+		}
+		now := p.now()
+		p.m.queueTime.Observe(now.Sub(req.enqueued).Seconds())
+		p.mu.Lock()
+		c, ok := p.conns[conn]
+		if !ok {
+			p.mu.Unlock()
+			p.q.MarkDone(conn)
+			continue
+		}
+		p.lastPushID++
+		id := p.lastPushID
+		p.inflight[id] = &inflight{conn: conn, req: req, deadline: now.Add(p.cfg.PushTimeout), retried: p.retry[conn]}
+		subject := p.names.OrdersSubject(c.info.GetFrontend())
+		p.mu.Unlock()
+
+		batch := &pb.PushOrderBatch{Orders: []*pb.PushOrder{req.order(conn, id)}, Pusher: p.cfg.ID}
+		b, err := proto.Marshal(batch)
+		if err == nil {
+			err = p.nc.PublishMsg(&nats.Msg{Subject: subject, Reply: p.names.DoneSubject(p.cfg.ID), Data: b})
+		}
+		if err != nil {
+			// The done timeout re-queues it.
+			p.log.Warn("send push order", "conn", conn, "err", err)
+		}
+		p.m.orders.WithLabelValues(req.pushType()).Inc()
+		p.m.inFlight.Set(float64(p.q.InFlight()))
+		p.m.queueLen.Set(float64(p.q.Len()))
+	}
+}
+
+// handleDone takes a frontend's PushDone report.
+func (p *Pusher) handleDone(m *nats.Msg) {
+	d := &pb.PushDone{}
+	if err := proto.Unmarshal(m.Data, d); err != nil {
+		p.m.badMessages.WithLabelValues("push_done").Inc()
+		p.log.Error("undecodable push done", "err", err)
+		return
+	}
+	p.m.dones.WithLabelValues(d.GetResult().String()).Inc()
+	p.mu.Lock()
+	f, ok := p.inflight[d.GetPushId()]
+	if !ok || f.conn != d.GetConnId() {
+		p.mu.Unlock()
+		return // already timed out
+	}
+	delete(p.inflight, d.GetPushId())
+	c := p.conns[f.conn]
+	switch d.GetResult() {
+	case pb.PushDone_SENT, pb.PushDone_UNCHANGED:
+		delete(p.retry, f.conn)
+		if c != nil {
+			c.synced = max(c.synced, d.GetSyncedSeq())
+		}
+	case pb.PushDone_CONN_GONE:
+		p.forgetConnLocked(f.conn)
+	default:
+		p.log.Warn("push failed on frontend", "conn", f.conn, "frontend", d.GetFrontend(), "err", d.GetError())
+		p.queuedUntil[f.conn] = 0
+	}
+	p.mu.Unlock()
+	p.q.MarkDone(f.conn)
+	p.m.inFlight.Set(float64(p.q.InFlight()))
+	if d.GetResult() == pb.PushDone_FAILED {
+		p.mu.Lock()
+		if c := p.conns[f.conn]; c != nil && !f.retried {
+			p.retry[f.conn] = true
+			p.catchUpLocked(f.conn, c)
+		}
+		p.mu.Unlock()
+	}
+}
+
+func (p *Pusher) forgetConnLocked(conn string) {
+	delete(p.conns, conn)
+	delete(p.queuedUntil, conn)
+	delete(p.retry, conn)
+	p.q.Remove(conn)
+	p.m.connections.Set(float64(len(p.conns)))
+}

@@ -1,0 +1,178 @@
+// Package lease elects one active instance among several (active/standby)
+// with a key in a JetStream KV bucket: created or taken over by
+// compare-and-set, renewed by compare-and-set, and judged expired by the
+// standby's own clock (no revision change for TTL), so clock skew between
+// machines does not matter.
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Elector runs work only while it holds the lease.
+type Elector struct {
+	// KV is the lease bucket; Key names the lease (one per role and shard).
+	KV  jetstream.KeyValue
+	Key string
+	// Holder identifies this instance; unique per process.
+	Holder string
+	// TTL: a lease not renewed for this long may be taken over. Renewal
+	// happens every TTL/3. Default 3s.
+	TTL time.Duration
+	Log *slog.Logger
+	// Leader, if set, is 1 while this instance holds the lease.
+	Leader prometheus.Gauge
+	// Now is the clock (tests); default time.Now.
+	Now func() time.Time
+}
+
+// ErrLost is the cause of the work context's cancellation when the lease
+// was lost.
+var ErrLost = errors.New("lease lost")
+
+func (e *Elector) defaults() {
+	if e.TTL <= 0 {
+		e.TTL = 3 * time.Second
+	}
+	if e.Now == nil {
+		e.Now = time.Now
+	}
+}
+
+// Run campaigns until ctx ends. Each time the lease is won it calls work
+// with a context cancelled (cause ErrLost) when the lease is lost; it waits
+// for work to return before campaigning again. On ctx end it releases the
+// lease so a standby takes over at once. An error from work ends Run.
+func (e *Elector) Run(ctx context.Context, work func(ctx context.Context) error) error {
+	e.defaults()
+	var observedRev uint64
+	var observedAt time.Time
+	tick := time.NewTicker(e.TTL / 3)
+	defer tick.Stop()
+	for {
+		rev, won, err := e.tryAcquire(ctx, &observedRev, &observedAt)
+		if err != nil && ctx.Err() == nil {
+			e.Log.Warn("lease campaign", "key", e.Key, "err", err)
+		}
+		if won {
+			if err := e.lead(ctx, rev, tick, work); err != nil {
+				return err
+			}
+			observedRev, observedAt = 0, time.Time{}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+	}
+}
+
+func (e *Elector) tryAcquire(ctx context.Context, observedRev *uint64, observedAt *time.Time) (uint64, bool, error) {
+	rev, err := e.KV.Create(ctx, e.Key, []byte(e.Holder))
+	if err == nil {
+		return rev, true, nil
+	}
+	if !errors.Is(err, jetstream.ErrKeyExists) && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+		return 0, false, fmt.Errorf("create lease %s: %w", e.Key, err)
+	}
+	entry, err := e.KV.Get(ctx, e.Key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return 0, false, nil // released meanwhile: next round creates it
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("read lease %s: %w", e.Key, err)
+	}
+	now := e.Now()
+	if entry.Revision() != *observedRev {
+		*observedRev, *observedAt = entry.Revision(), now
+		return 0, false, nil
+	}
+	if now.Sub(*observedAt) < e.TTL {
+		return 0, false, nil
+	}
+	rev, err = e.KV.Update(ctx, e.Key, []byte(e.Holder), entry.Revision())
+	if err != nil {
+		return 0, false, nil // someone else renewed or took it
+	}
+	e.Log.Info("lease taken over from a silent holder", "key", e.Key, "previous", string(entry.Value()))
+	return rev, true, nil
+}
+
+// lead runs work while renewing the lease.
+func (e *Elector) lead(ctx context.Context, rev uint64, tick *time.Ticker, work func(context.Context) error) error {
+	e.Log.Info("lease acquired: active", "key", e.Key, "holder", e.Holder)
+	if e.Leader != nil {
+		e.Leader.Set(1)
+		defer e.Leader.Set(0)
+	}
+	wctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var wg sync.WaitGroup
+	workErr := make(chan error, 1)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		workErr <- work(wctx)
+	}()
+	lastRenew := e.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			cancel(ctx.Err())
+			wg.Wait()
+			e.release(rev)
+			return nil
+		case err := <-workErr:
+			e.release(rev)
+			if err != nil && !errors.Is(err, context.Canceled) {
+				return err
+			}
+			return nil
+		case <-tick.C:
+		}
+		rctx, rcancel := context.WithTimeout(ctx, e.TTL/3)
+		nrev, err := e.KV.Update(rctx, e.Key, []byte(e.Holder), rev)
+		rcancel()
+		switch {
+		case err == nil:
+			rev, lastRenew = nrev, e.Now()
+		case isConflict(err):
+			e.Log.Warn("lease lost to another holder: standing by", "key", e.Key)
+			cancel(ErrLost)
+			wg.Wait()
+			return nil
+		case e.Now().Sub(lastRenew) > e.TTL*2/3:
+			// Cannot renew in time: a standby may take over soon, so stop
+			// before it does.
+			e.Log.Warn("lease not renewed in time: standing by", "key", e.Key, "err", err)
+			cancel(ErrLost)
+			wg.Wait()
+			return nil
+		default:
+			e.Log.Warn("lease renewal failed, retrying", "key", e.Key, "err", err)
+		}
+	}
+}
+
+func (e *Elector) release(rev uint64) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := e.KV.Delete(ctx, e.Key, jetstream.LastRevision(rev)); err != nil {
+		e.Log.Warn("release lease", "key", e.Key, "err", err)
+		return
+	}
+	e.Log.Info("lease released", "key", e.Key)
+}
+
+func isConflict(err error) bool {
+	return errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyNotFound)
+}

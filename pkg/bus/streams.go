@@ -144,3 +144,15 @@ func LastMsg(ctx context.Context, s jetstream.Stream, subject string) (*jetstrea
 	}
 	return m, nil
 }
+
+// LeaseConfig is the KV bucket of active/standby leases.
+func (n Names) LeaseConfig(o StreamOptions) jetstream.KeyValueConfig {
+	o = o.withDefaults()
+	return jetstream.KeyValueConfig{
+		Bucket:      n.LeaseBucket(),
+		Description: "pilotwire active/standby leases (debouncer, pusher shards)",
+		History:     1,
+		Storage:     o.storage(),
+		Replicas:    o.Replicas,
+	}
+}

@@ -13,6 +13,7 @@ type metrics struct {
 	publishErrors  prometheus.Counter
 	published      prometheus.Counter
 	lastThroughSeq prometheus.Gauge
+	leader         prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -51,8 +52,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		lastThroughSeq: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "pilotwire_debounce_through_seq", Help: "through_seq of the last published PushRequest.",
 		}),
+		leader: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "pilotwire_debouncer_leader", Help: "1 while this debouncer holds the lease and is active.",
+		}),
 	}
-	reg.MustRegister(m.debounceTime, m.inbound, m.triggers, m.merged, m.pending, m.skipped, m.badRecords,
+	reg.MustRegister(m.leader, m.debounceTime, m.inbound, m.triggers, m.merged, m.pending, m.skipped, m.badRecords,
 		m.publishErrors, m.published, m.lastThroughSeq)
 	return m
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/pilotwire/pilotwire/pkg/bus"
 	"github.com/pilotwire/pilotwire/pkg/debounce"
+	"github.com/pilotwire/pilotwire/pkg/lease"
 	"github.com/pilotwire/pilotwire/pkg/svc"
 	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
 )
@@ -23,6 +24,11 @@ import (
 type Config struct {
 	svc.Common
 	Debounce debounce.Config
+	// ID names this instance in the lease (default <hostname>-<random>).
+	ID string
+	// LeaseTTL: a standby takes over after the active instance has not
+	// renewed the lease for this long (default 3s).
+	LeaseTTL time.Duration
 	// MaxAckPending bounds the change records held un-acked (merged into a
 	// pending request). It must exceed the records one max window can hold.
 	MaxAckPending int
@@ -30,13 +36,16 @@ type Config struct {
 
 func timestampOf(t time.Time) *timestamppb.Timestamp { return timestamppb.New(t) }
 
-// held is a change message merged into a request that is not yet published.
+// emitted is a request handed to the publisher with the change messages it
+// merged, to acknowledge once it is stored.
 type emitted struct {
 	req  *debounce.Request
 	msgs []jetstream.Msg
 }
 
-// Run consumes change records and publishes PushRequests until ctx ends.
+// Run runs the debouncer until ctx ends: it campaigns for the lease and,
+// while active, consumes change records and publishes PushRequests. A
+// standby only campaigns.
 func Run(ctx context.Context, cfg Config, d svc.Deps) error {
 	names, err := cfg.Names()
 	if err != nil {
@@ -45,8 +54,10 @@ func Run(ctx context.Context, cfg Config, d svc.Deps) error {
 	if cfg.MaxAckPending <= 0 {
 		cfg.MaxAckPending = 200_000
 	}
-	dcfg := debounce.New(cfg.Debounce).Config()
-	log := d.Log
+	if cfg.ID == "" {
+		cfg.ID = svc.InstanceID("debouncer")
+	}
+	cfg.Debounce = debounce.New(cfg.Debounce).Config()
 	m := newMetrics(d.Reg)
 	opts := cfg.StreamOptions()
 	changes, err := bus.EnsureStream(ctx, d.JS, names.ChangesConfig(opts))
@@ -57,42 +68,122 @@ func Run(ctx context.Context, cfg Config, d svc.Deps) error {
 	if err != nil {
 		return err
 	}
-	// Only the last PushRequest can have been published without its changes
-	// acknowledged: one request is in flight at a time, and its changes are
-	// acknowledged (confirmed) before the next is emitted.
-	var lastCovered []*pb.SeqRange
-	last, err := bus.LastMsg(ctx, pushes, names.PushesSubject())
+	leases, err := bus.EnsureKV(ctx, d.JS, names.LeaseConfig(opts))
 	if err != nil {
 		return err
 	}
-	if last != nil {
-		pr := &pb.PushRequest{}
-		if err := proto.Unmarshal(last.Data, pr); err != nil {
-			return fmt.Errorf("decode last push request (seq %d): %w", last.Sequence, err)
+	a := &active{cfg: cfg, names: names, js: d.JS, changes: changes, pushes: pushes, log: d.Log, m: m}
+	el := &lease.Elector{KV: leases, Key: "debouncer", Holder: cfg.ID, TTL: cfg.LeaseTTL, Log: d.Log, Leader: m.leader}
+	d.Health.SetReady()
+	d.Log.Info("debouncer ready", "id", cfg.ID, "debounce_after", cfg.Debounce.DebounceAfter,
+		"debounce_max", cfg.Debounce.DebounceMax, "eds_debounce", cfg.Debounce.EnableEDSDebounce)
+	return el.Run(ctx, a.run)
+}
+
+// active is the debouncer's work while it holds the lease.
+type active struct {
+	cfg     Config
+	names   bus.Names
+	js      jetstream.JetStream
+	changes jetstream.Stream
+	pushes  jetstream.Stream
+	log     *slog.Logger
+	m       *metrics
+}
+
+// resume prepares a fresh start from where the durable consumer stands: it
+// collects the sequences already covered by published PushRequests above the
+// consumer's ack floor, and recreates the consumer to redeliver everything
+// above the floor at once (instead of after the previous holder's ack wait).
+func (a *active) resume(ctx context.Context) (jetstream.Consumer, []*pb.SeqRange, error) {
+	var floor uint64
+	if c, err := a.changes.Consumer(ctx, a.names.DebouncerConsumer()); err == nil {
+		info, err := c.Info(ctx)
+		if err != nil {
+			return nil, nil, fmt.Errorf("debouncer consumer info: %w", err)
 		}
-		lastCovered = pr.GetCovered()
-		m.lastThroughSeq.Set(float64(pr.GetThroughSeq()))
+		floor = info.AckFloor.Stream
+		if err := a.changes.DeleteConsumer(ctx, a.names.DebouncerConsumer()); err != nil {
+			return nil, nil, fmt.Errorf("reset debouncer consumer: %w", err)
+		}
+	} else if !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return nil, nil, fmt.Errorf("debouncer consumer: %w", err)
 	}
-	cons, err := changes.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
-		Durable:       names.DebouncerConsumer(),
+	covered, err := coveredAbove(ctx, a.pushes, floor)
+	if err != nil {
+		return nil, nil, err
+	}
+	cc := jetstream.ConsumerConfig{
+		Durable:       a.names.DebouncerConsumer(),
 		Description:   "debouncer: change records to PushRequests",
-		FilterSubject: names.ChangesAll(),
+		FilterSubject: a.names.ChangesAll(),
 		DeliverPolicy: jetstream.DeliverAllPolicy,
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		// Changes stay un-acked while merged; redelivery must not come
 		// sooner than the longest a change can wait.
-		AckWait:       2*dcfg.DebounceMax + 30*time.Second,
-		MaxAckPending: cfg.MaxAckPending,
+		AckWait:       2*a.cfg.Debounce.DebounceMax + 30*time.Second,
+		MaxAckPending: a.cfg.MaxAckPending,
 		MaxDeliver:    -1,
-	})
+	}
+	if floor > 0 {
+		cc.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
+		cc.OptStartSeq = floor + 1
+	}
+	cons, err := a.changes.CreateOrUpdateConsumer(ctx, cc)
 	if err != nil {
-		return fmt.Errorf("debouncer consumer: %w", err)
+		return nil, nil, fmt.Errorf("debouncer consumer: %w", err)
+	}
+	a.log.Info("resuming", "ack_floor", floor, "covered_ranges", len(covered))
+	return cons, covered, nil
+}
+
+// coveredAbove reads PushRequests backwards from the newest and returns the
+// sequence ranges they cover above floor. Requests are emitted one at a time,
+// so once a few requests lie wholly at or below the floor, older ones cannot
+// cover anything above it (an endpoint-only request may overtake one pending
+// debounced batch, never more).
+func coveredAbove(ctx context.Context, pushes jetstream.Stream, floor uint64) ([]*pb.SeqRange, error) {
+	info, err := pushes.Info(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("pushes stream info: %w", err)
+	}
+	var out []*pb.SeqRange
+	below := 0
+	for seq := info.State.LastSeq; seq >= info.State.FirstSeq && seq > 0 && below < 4; seq-- {
+		msg, err := pushes.GetMsg(ctx, seq)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read push request %d: %w", seq, err)
+		}
+		pr := &pb.PushRequest{}
+		if err := proto.Unmarshal(msg.Data, pr); err != nil {
+			return nil, fmt.Errorf("decode push request %d: %w", seq, err)
+		}
+		if pr.GetThroughSeq() <= floor {
+			below++
+			continue
+		}
+		for _, r := range pr.GetCovered() {
+			if r.GetLast() > floor {
+				out = append(out, r)
+			}
+		}
+	}
+	return out, nil
+}
+
+// run is the active loop: it ends when ctx ends (lease lost or shutdown).
+func (a *active) run(ctx context.Context) error {
+	cons, covered, err := a.resume(ctx)
+	if err != nil {
+		return err
 	}
 	it, err := cons.Messages(jetstream.PullMaxMessages(1024))
 	if err != nil {
 		return fmt.Errorf("consume changes: %w", err)
 	}
-
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer it.Stop()
@@ -109,7 +200,7 @@ func Run(ctx context.Context, cfg Config, d svc.Deps) error {
 				if errors.Is(err, jetstream.ErrMsgIteratorClosed) || loopCtx.Err() != nil {
 					return
 				}
-				log.Warn("next change", "err", err)
+				a.log.Warn("next change", "err", err)
 				continue
 			}
 			select {
@@ -122,17 +213,17 @@ func Run(ctx context.Context, cfg Config, d svc.Deps) error {
 
 	toPublish := make(chan emitted, 1)
 	published := make(chan emitted, 1)
-	p := &publisher{js: d.JS, subject: names.PushesSubject(), log: log, m: m}
+	p := &publisher{js: a.js, subject: a.names.PushesSubject(), log: a.log, m: a.m}
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		p.run(loopCtx, toPublish, published)
 	}()
 
-	d.Health.SetReady()
-	log.Info("debouncer ready", "debounce_after", dcfg.DebounceAfter, "debounce_max", dcfg.DebounceMax, "eds_debounce", dcfg.EnableEDSDebounce)
-
-	l := &loop{deb: debounce.New(dcfg), held: make(map[uint64]jetstream.Msg), covered: lastCovered, log: log, m: m, toPublish: toPublish}
+	l := &loop{deb: debounce.New(a.cfg.Debounce), held: make(map[uint64]jetstream.Msg), covered: covered, log: a.log, m: a.m, toPublish: toPublish}
+	for _, r := range covered {
+		l.maxCovered = max(l.maxCovered, r.GetLast())
+	}
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	defer timer.Stop()
@@ -143,6 +234,7 @@ func Run(ctx context.Context, cfg Config, d svc.Deps) error {
 		case msg := <-msgs:
 			l.add(msg, time.Now())
 		case <-timer.C:
+			l.armed = time.Time{}
 			l.tick(time.Now())
 		case e := <-published:
 			l.done(e, time.Now())
@@ -153,13 +245,14 @@ func Run(ctx context.Context, cfg Config, d svc.Deps) error {
 
 // loop is the state owned by Run's select loop.
 type loop struct {
-	deb       *debounce.Debouncer
-	held      map[uint64]jetstream.Msg // merged, not yet published
-	covered   []*pb.SeqRange           // sequences of recently published requests
-	log       *slog.Logger
-	m         *metrics
-	toPublish chan<- emitted
-	armed     time.Time
+	deb        *debounce.Debouncer
+	held       map[uint64]jetstream.Msg // merged, not yet published
+	covered    []*pb.SeqRange           // sequences of recently published requests
+	maxCovered uint64                   // highest sequence in covered
+	log        *slog.Logger
+	m          *metrics
+	toPublish  chan<- emitted
+	armed      time.Time
 }
 
 func (l *loop) add(msg jetstream.Msg, now time.Time) {
@@ -170,7 +263,7 @@ func (l *loop) add(msg jetstream.Msg, now time.Time) {
 		return
 	}
 	seq := md.Sequence.Stream
-	if covers(l.covered, seq) {
+	if seq <= l.coveredMax() && covers(l.covered, seq) {
 		// Published before a restart or a lost ack: acknowledge, count once.
 		l.m.skipped.Inc()
 		_ = msg.Ack()
@@ -221,6 +314,7 @@ func (l *loop) done(e emitted, now time.Time) {
 	// Remember the last few requests' sequences to recognise redeliveries
 	// whose ack was lost.
 	l.covered = append(l.covered, ranges(e.req.Seqs)...)
+	l.maxCovered = max(l.maxCovered, e.req.ThroughSeq)
 	if n := len(l.covered); n > 4096 {
 		l.covered = append([]*pb.SeqRange(nil), l.covered[n-4096:]...)
 	}
@@ -228,6 +322,9 @@ func (l *loop) done(e emitted, now time.Time) {
 		l.emit(req, now)
 	}
 }
+
+// coveredMax is the highest sequence in the covered ranges.
+func (l *loop) coveredMax() uint64 { return l.maxCovered }
 
 // arm sets the timer to the debouncer's next deadline.
 func (l *loop) arm(t *time.Timer, now time.Time) {

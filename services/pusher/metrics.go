@@ -15,6 +15,7 @@ type metrics struct {
 	badMessages  *prometheus.CounterVec
 	pushRequests prometheus.Counter
 	latestSeq    prometheus.Gauge
+	leader       prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -57,8 +58,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		latestSeq: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "pilotwire_pusher_latest_through_seq", Help: "through_seq of the latest PushRequest.",
 		}),
+		leader: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "pilotwire_pusher_leader", Help: "1 while this pusher holds its shard's lease and is active.",
+		}),
 	}
-	reg.MustRegister(m.queueTime, m.orders, m.queueLen, m.inFlight, m.doneTimeouts, m.skipped, m.dones,
+	reg.MustRegister(m.leader, m.queueTime, m.orders, m.queueLen, m.inFlight, m.doneTimeouts, m.skipped, m.dones,
 		m.connections, m.frontends, m.badMessages, m.pushRequests, m.latestSeq)
 	return m
 }

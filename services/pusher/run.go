@@ -2,12 +2,9 @@ package pusher
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"sync"
 	"time"
 
@@ -16,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/pilotwire/pilotwire/pkg/bus"
+	"github.com/pilotwire/pilotwire/pkg/lease"
 	"github.com/pilotwire/pilotwire/pkg/pushqueue"
 	"github.com/pilotwire/pilotwire/pkg/svc"
 	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
@@ -37,15 +35,11 @@ type Config struct {
 	// FrontendTimeout: a frontend without a heartbeat for this long is
 	// dead and its connections are forgotten.
 	FrontendTimeout time.Duration
+	// LeaseTTL: a standby takes over after the active pusher has not
+	// renewed its shard's lease for this long (default 3s).
+	LeaseTTL time.Duration
 	// DrainTimeout bounds the dispatch of queued work on shutdown.
 	DrainTimeout time.Duration
-}
-
-func defaultID() string {
-	h, _ := os.Hostname()
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	return "pusher-" + h + "-" + hex.EncodeToString(b[:])
 }
 
 // Pusher fans PushRequests out to connections.
@@ -85,7 +79,7 @@ func Run(ctx context.Context, cfg Config, d svc.Deps) error {
 		cfg.Shard = "0"
 	}
 	if cfg.ID == "" {
-		cfg.ID = defaultID()
+		cfg.ID = svc.InstanceID("pusher")
 	}
 	if cfg.PushTimeout <= 0 {
 		cfg.PushTimeout = 30 * time.Second
@@ -105,13 +99,29 @@ func Run(ctx context.Context, cfg Config, d svc.Deps) error {
 	if err != nil {
 		return err
 	}
+	leases, err := bus.EnsureKV(ctx, d.JS, names.LeaseConfig(opts))
+	if err != nil {
+		return err
+	}
+	m := newMetrics(d.Reg)
+	el := &lease.Elector{KV: leases, Key: "pusher-" + bus.EscapeToken(cfg.Shard), Holder: cfg.ID, TTL: cfg.LeaseTTL, Log: d.Log, Leader: m.leader}
+	d.Health.SetReady()
+	d.Log.Info("pusher ready", "id", cfg.ID, "shard", cfg.Shard, "throttle", cfg.Throttle)
+	return el.Run(ctx, func(ctx context.Context) error {
+		return runActive(ctx, cfg, names, pushes, kv, m, d)
+	})
+}
+
+// runActive is the pusher's work while it holds its shard's lease. All
+// state is rebuilt from the registry and the PUSHES stream at each start.
+func runActive(ctx context.Context, cfg Config, names bus.Names, pushes jetstream.Stream, kv jetstream.KeyValue, m *metrics, d svc.Deps) error {
 	p := &Pusher{
 		cfg:         cfg,
 		names:       names,
 		nc:          d.NC,
 		kv:          kv,
 		log:         d.Log.With("pusher", cfg.ID),
-		m:           newMetrics(d.Reg),
+		m:           m,
 		q:           pushqueue.New(pushqueue.Config{MaxInFlight: cfg.Throttle}, (*request).Merge),
 		now:         time.Now,
 		frontends:   make(map[string]*frontendState),
@@ -119,16 +129,6 @@ func Run(ctx context.Context, cfg Config, d svc.Deps) error {
 		inflight:    make(map[uint64]*inflight),
 		queuedUntil: make(map[string]uint64),
 		retry:       make(map[string]bool),
-	}
-	last, err := bus.LastMsg(ctx, pushes, names.PushesSubject())
-	if err != nil {
-		return err
-	}
-	if last != nil {
-		pr := &pb.PushRequest{}
-		if err := proto.Unmarshal(last.Data, pr); err == nil {
-			p.latest = pr.GetThroughSeq()
-		}
 	}
 	cons, err := pushes.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
 		Durable:       names.PusherConsumer(cfg.Shard),
@@ -143,6 +143,18 @@ func Run(ctx context.Context, cfg Config, d svc.Deps) error {
 	})
 	if err != nil {
 		return fmt.Errorf("pusher consumer: %w", err)
+	}
+	// Read the latest request after the consumer exists, so none falls in
+	// between.
+	last, err := bus.LastMsg(ctx, pushes, names.PushesSubject())
+	if err != nil {
+		return err
+	}
+	if last != nil {
+		pr := &pb.PushRequest{}
+		if err := proto.Unmarshal(last.Data, pr); err == nil {
+			p.latest = pr.GetThroughSeq()
+		}
 	}
 
 	doneSub, err := d.NC.Subscribe(names.DoneSubject(cfg.ID), p.handleDone)
@@ -185,8 +197,7 @@ func Run(ctx context.Context, cfg Config, d svc.Deps) error {
 			p.handlePushRequest(msg)
 		}
 	}()
-	d.Health.SetReady()
-	p.log.Info("pusher ready", "throttle", cfg.Throttle, "latest_seq", p.latest)
+	p.log.Info("pusher active", "latest_seq", p.latest)
 
 	<-ctx.Done()
 	it.Stop()

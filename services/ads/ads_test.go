@@ -1,0 +1,301 @@
+package ads
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"sort"
+	"testing"
+	"time"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	resource "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"github.com/google/go-cmp/cmp"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/goleak"
+	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/pilotwire/pilotwire/pkg/bus"
+	"github.com/pilotwire/pilotwire/pkg/natstest"
+	"github.com/pilotwire/pilotwire/pkg/svc"
+	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const testTimeout = 30 * time.Second
+
+// frontend is one ADS frontend on embedded JetStream, fed by change records
+// the test publishes itself.
+type frontend struct {
+	addr  string
+	js    jetstream.JetStream
+	names bus.Names
+	reg   *prometheus.Registry
+}
+
+// startFrontend starts the frontend after pre has published the initial
+// records, so the frontend serves once its model holds them.
+func startFrontend(t *testing.T, pre func(*frontend)) *frontend {
+	t.Helper()
+	url := natstest.Start(t)
+	nc, js := natstest.Connect(t, url)
+	names, _ := bus.NewNames("pw")
+	f := &frontend{js: js, names: names, reg: prometheus.NewRegistry()}
+	sctx, scancel := context.WithTimeout(context.Background(), testTimeout)
+	defer scancel()
+	if _, err := bus.EnsureStream(sctx, js, names.ChangesConfig(bus.StreamOptions{})); err != nil {
+		t.Fatal(err)
+	}
+	if pre != nil {
+		pre(f)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	addr := make(chan string, 1)
+	errc := make(chan error, 1)
+	go func() {
+		errc <- Run(ctx, Config{
+			Common:           svc.Common{NATSURL: url, Prefix: "pw"},
+			ADSAddr:          "127.0.0.1:0",
+			FrontendID:       "fe-1",
+			MaxConnectionAge: time.Hour,
+			OnListen:         func(a string) { addr <- a },
+		}, svc.Deps{NC: nc, JS: js, Log: slog.New(slog.DiscardHandler), Reg: f.reg, Health: &svc.Health{}})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-errc; err != nil {
+			t.Errorf("Run() = %v", err)
+		}
+	})
+	select {
+	case f.addr = <-addr:
+	case err := <-errc:
+		t.Fatalf("Run() = %v", err)
+	}
+	return f
+}
+
+// publish writes one change record of a Kubernetes object.
+func (f *frontend) publish(t *testing.T, op pb.Op, group, kind string, obj map[string]any) uint64 {
+	t.Helper()
+	md := obj["metadata"].(map[string]any)
+	b, err := json.Marshal(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &pb.ChangeRecord{
+		Cluster: "c1", Op: op, Object: b, Uid: fmt.Sprint(md["name"]), ResourceVersion: fmt.Sprint(time.Now().UnixNano()),
+		Ref: &pb.ObjectRef{Group: group, Kind: kind, Namespace: md["namespace"].(string), Name: md["name"].(string)},
+	}
+	data, _ := proto.Marshal(rec)
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	ack, err := f.js.Publish(ctx, f.names.ChangeSubject("c1", rec.Ref), data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ack.Sequence
+}
+
+func service(ns, name string, port int) map[string]any {
+	return map[string]any{
+		"apiVersion": "v1", "kind": "Service",
+		"metadata": map[string]any{"name": name, "namespace": ns},
+		"spec":     map[string]any{"clusterIP": "10.96.0.9", "ports": []any{map[string]any{"name": "http", "port": port}}},
+	}
+}
+
+func slice(ns, svcName string, port int, addrs ...string) map[string]any {
+	var eps []any
+	for _, a := range addrs {
+		eps = append(eps, map[string]any{"addresses": []any{a}})
+	}
+	return map[string]any{
+		"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+		"metadata":    map[string]any{"name": svcName + "-1", "namespace": ns, "labels": map[string]any{"kubernetes.io/service-name": svcName}},
+		"addressType": "IPv4",
+		"ports":       []any{map[string]any{"name": "http", "port": port}},
+		"endpoints":   eps,
+	}
+}
+
+type client struct {
+	t      *testing.T
+	stream grpc.BidiStreamingClient[discovery.DiscoveryRequest, discovery.DiscoveryResponse]
+	node   *core.Node
+}
+
+func dial(ctx context.Context, t *testing.T, addr string, node *core.Node) *client {
+	t.Helper()
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	s, err := discovery.NewAggregatedDiscoveryServiceClient(cc).StreamAggregatedResources(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &client{t: t, stream: s, node: node}
+}
+
+func sidecar() *core.Node {
+	return &core.Node{Id: "sidecar~10.0.0.1~a-0.default~default.svc.cluster.local"}
+}
+
+func (c *client) send(r *discovery.DiscoveryRequest) {
+	c.t.Helper()
+	r.Node = c.node
+	if err := c.stream.Send(r); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+func (c *client) recv() *discovery.DiscoveryResponse {
+	c.t.Helper()
+	r, err := c.stream.Recv()
+	if err != nil {
+		c.t.Fatalf("recv: %v", err)
+	}
+	return r
+}
+
+func names(r *discovery.DiscoveryResponse) []string {
+	var out []string
+	for _, a := range r.GetResources() {
+		m, err := a.UnmarshalNew()
+		if err != nil {
+			panic(err)
+		}
+		out = append(out, cache.GetResourceName(m))
+	}
+	sort.Strings(out)
+	return out
+}
+
+func TestFirstRequestNeedsNodeID(t *testing.T) {
+	f := startFrontend(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	c := dial(ctx, t, f.addr, &core.Node{})
+	c.send(&discovery.DiscoveryRequest{TypeUrl: resource.ClusterType})
+	_, err := c.stream.Recv()
+	if status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("Recv() error = %v, want InvalidArgument", err)
+	}
+}
+
+func TestUnknownGeneratorRejected(t *testing.T) {
+	f := startFrontend(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	md, _ := structpb.NewStruct(map[string]any{"GENERATOR": "bogus"})
+	c := dial(ctx, t, f.addr, &core.Node{Id: "x", Metadata: md})
+	c.send(&discovery.DiscoveryRequest{TypeUrl: resource.ClusterType})
+	if _, err := c.stream.Recv(); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("Recv() error = %v, want InvalidArgument", err)
+	}
+}
+
+// TestProtocol walks one stream through subscribe, ACK, stale nonce, NACK,
+// push, and unsubscribe.
+func TestProtocol(t *testing.T) {
+	f := startFrontend(t, func(f *frontend) {
+		f.publish(t, pb.Op_OP_ADD, "", "Service", service("default", "a", 80))
+		f.publish(t, pb.Op_OP_ADD, "discovery.k8s.io", "EndpointSlice", slice("default", "a", 8080, "10.1.0.1"))
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	c := dial(ctx, t, f.addr, sidecar())
+	const cl = "outbound|80||a.default.svc.cluster.local"
+
+	c.send(&discovery.DiscoveryRequest{TypeUrl: resource.ClusterType})
+	cds := c.recv()
+	if diff := cmp.Diff([]string{cl}, names(cds)); diff != "" {
+		t.Fatalf("CDS (-want +got):\n%s", diff)
+	}
+	c.send(&discovery.DiscoveryRequest{TypeUrl: resource.ClusterType, VersionInfo: cds.VersionInfo, ResponseNonce: cds.Nonce})
+
+	c.send(&discovery.DiscoveryRequest{TypeUrl: resource.EndpointType, ResourceNames: []string{cl}})
+	eds := c.recv()
+	if eds.GetTypeUrl() != resource.EndpointType || !cmp.Equal(names(eds), []string{cl}) {
+		t.Fatalf("EDS response = %s %v", eds.GetTypeUrl(), names(eds))
+	}
+	c.send(&discovery.DiscoveryRequest{TypeUrl: resource.EndpointType, VersionInfo: eds.VersionInfo, ResponseNonce: eds.Nonce, ResourceNames: []string{cl}})
+
+	// A request carrying a stale nonce is ignored: no answer comes for it,
+	// and the next thing on the stream is the answer to the request after.
+	c.send(&discovery.DiscoveryRequest{TypeUrl: resource.EndpointType, ResponseNonce: "stale", ResourceNames: []string{cl, "outbound|81||x"}})
+	c.send(&discovery.DiscoveryRequest{TypeUrl: resource.ListenerType})
+	lds := c.recv()
+	if lds.GetTypeUrl() != resource.ListenerType {
+		t.Fatalf("after a stale request got %s, want the LDS answer", lds.GetTypeUrl())
+	}
+	c.send(&discovery.DiscoveryRequest{TypeUrl: resource.ListenerType, VersionInfo: lds.VersionInfo, ResponseNonce: lds.Nonce})
+
+	// The model changes; with no pusher running, nothing is pushed, but the
+	// next answer reflects it.
+	seq := f.publish(t, pb.Op_OP_UPDATE, "discovery.k8s.io", "EndpointSlice", slice("default", "a", 8080, "10.1.0.2"))
+	// NACK the last EDS: recorded and counted, not answered.
+	c.send(&discovery.DiscoveryRequest{TypeUrl: resource.EndpointType, VersionInfo: "", ResponseNonce: eds.Nonce, ResourceNames: []string{cl},
+		ErrorDetail: &rpcstatus.Status{Code: int32(codes.InvalidArgument), Message: "bad"}})
+	f.waitApplied(t, seq)
+	// Unsubscribe EDS (empty names), then subscribe again: the answer is
+	// sent at once and reflects the model.
+	c.send(&discovery.DiscoveryRequest{TypeUrl: resource.EndpointType, VersionInfo: eds.VersionInfo, ResponseNonce: eds.Nonce})
+	empty := c.recv()
+	if empty.GetTypeUrl() != resource.EndpointType || len(empty.GetResources()) != 0 {
+		t.Fatalf("after unsubscribing got %s with %d resources, want an empty EDS", empty.GetTypeUrl(), len(empty.GetResources()))
+	}
+	c.send(&discovery.DiscoveryRequest{TypeUrl: resource.EndpointType, VersionInfo: empty.VersionInfo, ResponseNonce: empty.Nonce, ResourceNames: []string{cl}})
+	again := c.recv()
+	cla := &endpoint.ClusterLoadAssignment{}
+	if err := again.GetResources()[0].UnmarshalTo(cla); err != nil {
+		t.Fatal(err)
+	}
+	if got := cla.GetEndpoints()[0].GetLbEndpoints()[0].GetEndpoint().GetAddress().GetSocketAddress().GetAddress(); got != "10.1.0.2" {
+		t.Errorf("re-subscribed EDS has %s, want 10.1.0.2", got)
+	}
+	if rejects := f.gauge("pilot_total_xds_rejects"); rejects != 1 {
+		t.Errorf("pilot_total_xds_rejects = %v, want 1", rejects)
+	}
+}
+
+// waitApplied polls the frontend's applied-sequence gauge until it reaches seq.
+func (f *frontend) waitApplied(t *testing.T, seq uint64) {
+	t.Helper()
+	deadline := time.Now().Add(testTimeout)
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for f.gauge("pilotwire_ads_applied_seq") < float64(seq) {
+		if time.Now().After(deadline) {
+			t.Fatalf("model never applied seq %d", seq)
+		}
+		<-tick.C
+	}
+}
+
+func (f *frontend) gauge(name string) float64 {
+	mfs, _ := f.reg.Gather()
+	total := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			for _, m := range mf.GetMetric() {
+				total += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+			}
+		}
+	}
+	return total
+}

@@ -1,0 +1,358 @@
+package ads
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/pilotwire/pilotwire/pkg/model"
+	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
+)
+
+type sotwStream = grpc.BidiStreamingServer[discovery.DiscoveryRequest, discovery.DiscoveryResponse]
+
+// orderRef is a push order waiting for a connection's loop, with the subject
+// its completion goes to.
+type orderRef struct {
+	order *pb.PushOrder
+	reply string
+}
+
+// conn is one state-of-the-world ADS stream.
+type conn struct {
+	// set at construction
+	id        string
+	s         *Server
+	stream    sotwStream
+	peer      string
+	connected time.Time
+	log       *slog.Logger
+	notify    chan struct{} // cap 1: orders are waiting
+
+	// guarded by mu: orders handed over by the dispatcher
+	mu     sync.Mutex
+	orders []orderRef
+	closed bool
+
+	// owned by the loop
+	proxy    *proxy
+	watches  map[string]*watch
+	nonceSeq uint64
+}
+
+func (s *Server) newConn(stream sotwStream) *conn {
+	c := &conn{
+		id:        s.nextConnID(),
+		s:         s,
+		stream:    stream,
+		connected: time.Now(),
+		notify:    make(chan struct{}, 1),
+		watches:   make(map[string]*watch),
+	}
+	if p, ok := peer.FromContext(stream.Context()); ok {
+		c.peer = p.Addr.String()
+	}
+	c.log = s.log.With("conn", c.id, "peer", c.peer)
+	return c
+}
+
+// deliver hands a push order to the loop; false if the connection closed.
+func (c *conn) deliver(o orderRef) bool {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return false
+	}
+	c.orders = append(c.orders, o)
+	c.mu.Unlock()
+	select {
+	case c.notify <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+func (c *conn) takeOrders() []orderRef {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	o := c.orders
+	c.orders = nil
+	return o
+}
+
+// close marks the connection closed and returns the orders it never handled.
+func (c *conn) close() []orderRef {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.closed = true
+	o := c.orders
+	c.orders = nil
+	return o
+}
+
+// run is the connection's loop. One goroutine receives; this one owns all
+// state, answers requests and carries out push orders.
+func (c *conn) run() error {
+	ctx := c.stream.Context()
+	reqs := make(chan *discovery.DiscoveryRequest)
+	recvErr := make(chan error, 1)
+	// The receiver cannot be joined here: it is blocked in Recv until gRPC
+	// cancels the stream, which happens when this handler returns. It then
+	// ends on its own (recvErr is buffered).
+	go func() {
+		for {
+			req, err := c.stream.Recv()
+			if err != nil {
+				recvErr <- err
+				return
+			}
+			select {
+			case reqs <- req:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	defer c.finish()
+
+	for {
+		select {
+		case req := <-reqs:
+			if err := c.handleRequest(req); err != nil {
+				return err
+			}
+		case <-c.notify:
+			if err := c.handleOrders(c.takeOrders()); err != nil {
+				return err
+			}
+		case err := <-recvErr:
+			if status.Code(err) == codes.Canceled || errors.Is(err, context.Canceled) || errors.Is(err, io.EOF) {
+				return nil
+			}
+			c.log.Debug("receive ended", "err", err)
+			return nil
+		case <-c.s.drainCh:
+			return status.Error(codes.Unavailable, "frontend draining: reconnect to another frontend")
+		case <-ctx.Done():
+			return nil
+		}
+	}
+}
+
+func (c *conn) finish() {
+	for _, o := range c.close() {
+		c.s.orders.done(o, pb.PushDone_CONN_GONE, 0, "")
+	}
+	if c.proxy != nil {
+		c.s.removeConn(c)
+		c.log.Info("connection closed", "node", c.proxy.ID)
+	}
+}
+
+// handleRequest applies one client request. Only a protocol violation ends
+// the stream; the error is a gRPC status.
+func (c *conn) handleRequest(req *discovery.DiscoveryRequest) error {
+	if c.proxy == nil {
+		p, err := parseNode(req.GetNode())
+		if err != nil {
+			c.s.metrics.badRequests.WithLabelValues("node").Inc()
+			c.log.Warn("rejecting stream", "err", err)
+			return status.Error(codes.InvalidArgument, err.Error())
+		}
+		c.proxy = p
+		c.log = c.log.With("node", p.ID)
+		c.log.Info("connection opened", "namespace", p.Namespace, "generator", p.Generator)
+		c.s.addConn(c)
+	}
+	t := req.GetTypeUrl()
+	if t == "" {
+		c.s.metrics.badRequests.WithLabelValues("type_url").Inc()
+		return status.Error(codes.InvalidArgument, "request without type_url on an aggregated stream")
+	}
+	if !supportedType(t) {
+		// Unknown types (secrets, runtime, ...) get no answer, as Envoy's
+		// protocol allows; the proxy keeps waiting for them.
+		c.s.metrics.badRequests.WithLabelValues("unsupported_type").Inc()
+		c.log.Debug("ignoring request for unsupported type", "type", t)
+		return nil
+	}
+	w, seen := c.watches[t]
+	if !seen {
+		w = &watch{typeURL: t}
+		c.watches[t] = w
+	}
+	nonce := req.GetResponseNonce()
+	if seen && nonce != "" && nonce != w.nonce {
+		// An answer to an older response: the newer one is in flight.
+		c.s.metrics.expiredNonce.WithLabelValues(shortType(t)).Inc()
+		return nil
+	}
+	if nonce != "" && req.GetErrorDetail() != nil {
+		w.nackError = req.GetErrorDetail().GetMessage()
+		c.s.metrics.rejects.WithLabelValues(shortType(t)).Inc()
+		c.log.Warn("config rejected", "type", shortType(t), "version", w.sentVersion, "nonce", nonce, "err", w.nackError)
+		c.s.record(c, pb.DeliveryRecord_NACK, t, w.sentVersion, nonce, nil, 0, w.nackError)
+		c.s.updateConn(c)
+		// Never answer a NACK with the same config; the next change is sent
+		// as usual.
+		return nil
+	}
+	changed := w.setNames(req.GetResourceNames(), !seen || nonce == "")
+	if nonce != "" {
+		// ACK of the last response.
+		if w.ackedVersion != req.GetVersionInfo() {
+			w.ackedVersion = req.GetVersionInfo()
+			w.nackError = ""
+			c.s.record(c, pb.DeliveryRecord_ACK, t, w.ackedVersion, nonce, nil, 0, "")
+			c.s.updateConn(c)
+		}
+		if !changed {
+			return nil
+		}
+	}
+	// A new subscription, a reconnect, or changed names: answer now from the
+	// model as it is.
+	mesh := c.s.store.Snapshot()
+	if _, err := c.respond(mesh, w, true, 0); err != nil {
+		return err
+	}
+	c.s.updateConn(c)
+	return nil
+}
+
+// handleOrders brings every watched type up to date with the model (which
+// has applied every order's through_seq: the dispatcher waited for it) and
+// reports each order done.
+func (c *conn) handleOrders(orders []orderRef) error {
+	if len(orders) == 0 {
+		return nil
+	}
+	mesh := c.s.store.Snapshot()
+	var pushID uint64
+	for _, o := range orders {
+		pushID = max(pushID, o.order.GetPushId())
+	}
+	sent := false
+	var sendErr error
+	for _, t := range pushOrder {
+		w, ok := c.watches[t]
+		if !ok {
+			continue
+		}
+		did, err := c.respond(mesh, w, false, pushID)
+		if err != nil {
+			sendErr = err
+			break
+		}
+		sent = sent || did
+	}
+	res := pb.PushDone_UNCHANGED
+	errText := ""
+	switch {
+	case sendErr != nil:
+		res = pb.PushDone_FAILED
+		errText = sendErr.Error()
+	case sent:
+		res = pb.PushDone_SENT
+	}
+	synced := c.syncedSeq()
+	for _, o := range orders {
+		c.s.orders.done(o, res, synced, errText)
+	}
+	if sent {
+		c.s.updateConn(c)
+	}
+	return sendErr
+}
+
+// respond generates the type for the watch and sends it when it differs from
+// what was last sent, or always when force (an answer to a request). It
+// reports whether it sent.
+func (c *conn) respond(mesh *model.Mesh, w *watch, force bool, pushID uint64) (bool, error) {
+	r, err := c.s.build(mesh, c.proxy, w)
+	if err != nil {
+		c.log.Error("generate", "type", shortType(w.typeURL), "seq", mesh.Seq, "err", err)
+		return false, nil
+	}
+	w.genSeq = mesh.Seq
+	if !force && r.version == w.sentVersion {
+		return false, nil
+	}
+	c.nonceSeq++
+	nonce := c.id + "-" + strconv.FormatUint(c.nonceSeq, 36)
+	resp := &discovery.DiscoveryResponse{
+		VersionInfo: r.version,
+		Resources:   r.resources,
+		TypeUrl:     w.typeURL,
+		Nonce:       nonce,
+	}
+	if err := c.stream.Send(resp); err != nil {
+		c.s.metrics.sendErrors.WithLabelValues(shortType(w.typeURL)).Inc()
+		return false, fmt.Errorf("send %s to %s: %w", shortType(w.typeURL), c.proxy.ID, err)
+	}
+	w.nonce = nonce
+	w.sentVersion = r.version
+	w.sentNames = r.names
+	c.s.metrics.pushes.WithLabelValues(shortType(w.typeURL)).Inc()
+	c.s.metrics.responseBytes.WithLabelValues(shortType(w.typeURL)).Add(float64(r.bytes))
+	c.s.record(c, pb.DeliveryRecord_RESPONSE, w.typeURL, r.version, nonce, r.names, pushID, "")
+	c.log.Debug("sent", "type", shortType(w.typeURL), "version", r.version, "resources", len(r.resources), "seq", mesh.Seq)
+	return true, nil
+}
+
+// syncedSeq is the change-stream sequence every watched type reflects: the
+// oldest model any of them was last generated from.
+func (c *conn) syncedSeq() uint64 {
+	var seq uint64
+	first := true
+	for _, w := range c.watches {
+		if first || w.genSeq < seq {
+			seq = w.genSeq
+			first = false
+		}
+	}
+	return seq
+}
+
+// info is the connection as the registry shows it.
+func (c *conn) info() *pb.ConnectionInfo {
+	ci := &pb.ConnectionInfo{
+		ConnId:      c.id,
+		Frontend:    c.s.id,
+		NodeId:      c.proxy.ID,
+		Namespace:   c.proxy.Namespace,
+		ClusterId:   c.proxy.ClusterID,
+		ProxyType:   c.proxy.Type,
+		Generator:   c.proxy.Generator,
+		SyncedSeq:   c.syncedSeq(),
+		ConnectedAt: timestamppb.New(c.connected),
+		Peer:        c.peer,
+	}
+	for _, t := range pushOrder {
+		w, ok := c.watches[t]
+		if !ok {
+			continue
+		}
+		ci.Watches = append(ci.Watches, &pb.Watch{
+			TypeUrl:      t,
+			Wildcard:     w.wildcard,
+			Names:        w.names,
+			AckedVersion: w.ackedVersion,
+			SentVersion:  w.sentVersion,
+			NackError:    w.nackError,
+		})
+	}
+	return ci
+}

@@ -1,0 +1,161 @@
+package ads
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/pilotwire/pilotwire/pkg/bus"
+	"github.com/pilotwire/pilotwire/pkg/model"
+	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
+)
+
+// seqGate lets goroutines wait until the model has applied a sequence.
+type seqGate struct {
+	mu      sync.Mutex
+	applied uint64
+	ch      chan struct{} // closed and replaced on every advance
+}
+
+func newSeqGate() *seqGate { return &seqGate{ch: make(chan struct{})} }
+
+func (g *seqGate) advance(seq uint64) {
+	g.mu.Lock()
+	if seq > g.applied {
+		g.applied = seq
+		close(g.ch)
+		g.ch = make(chan struct{})
+	}
+	g.mu.Unlock()
+}
+
+func (g *seqGate) get() uint64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.applied
+}
+
+// wait blocks until seq is applied or ctx ends.
+func (g *seqGate) wait(ctx context.Context, seq uint64) error {
+	for {
+		g.mu.Lock()
+		if g.applied >= seq {
+			g.mu.Unlock()
+			return nil
+		}
+		ch := g.ch
+		g.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return fmt.Errorf("wait for change seq %d (applied %d): %w", seq, g.get(), ctx.Err())
+		}
+	}
+}
+
+// follower materializes the model from the change stream: an ordered
+// consumer that starts with the last record of every subject (the current
+// state) and then follows new records.
+type follower struct {
+	// set at construction
+	js      jetstream.JetStream
+	names   bus.Names
+	store   *model.Store
+	gate    *seqGate
+	log     *slog.Logger
+	metrics *metrics
+
+	// owned by the consumer callback
+	caughtUpOnce sync.Once
+	caughtUp     chan struct{} // closed at the first message with nothing pending
+}
+
+// bootstrap starts following and returns once the model has applied the
+// stream's last sequence as of the call. The consumer keeps running until
+// ctx ends; run waits for it.
+func (f *follower) start(ctx context.Context) (stop func(), err error) {
+	stream, err := f.js.Stream(ctx, f.names.ChangesStream())
+	if err != nil {
+		return nil, fmt.Errorf("changes stream: %w", err)
+	}
+	info, err := stream.Info(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("changes stream info: %w", err)
+	}
+	target := info.State.LastSeq
+	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{f.names.ChangesAll()},
+		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("ordered consumer on %s: %w", f.names.ChangesStream(), err)
+	}
+	cc, err := cons.Consume(f.handle, jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+		if !errors.Is(err, jetstream.ErrNoHeartbeat) {
+			f.log.Warn("change stream consumer", "err", err)
+		}
+	}))
+	if err != nil {
+		return nil, fmt.Errorf("consume %s: %w", f.names.ChangesStream(), err)
+	}
+	start := time.Now()
+	// Caught up when the stream's last sequence as of now is applied, or when
+	// a delivered record says nothing is pending (the last sequence may be a
+	// deleted message, which is never delivered).
+	wctx, cancel := context.WithCancel(ctx)
+	go func() {
+		select {
+		case <-f.caughtUp:
+			cancel()
+		case <-wctx.Done():
+		}
+	}()
+	err = f.gate.wait(wctx, target)
+	caught := false
+	select {
+	case <-f.caughtUp:
+		caught = true
+	default:
+	}
+	cancel()
+	if err != nil && !caught {
+		cc.Stop()
+		return nil, fmt.Errorf("bootstrap model: %w", err)
+	}
+	f.log.Info("model bootstrapped", "seq", target, "took", time.Since(start))
+	return cc.Stop, nil
+}
+
+func (f *follower) handle(msg jetstream.Msg) {
+	md, err := msg.Metadata()
+	if err != nil {
+		f.log.Error("change message without metadata", "subject", msg.Subject(), "err", err)
+		return
+	}
+	rec := &pb.ChangeRecord{}
+	if err := proto.Unmarshal(msg.Data(), rec); err != nil {
+		f.metrics.badRecords.Inc()
+		f.log.Error("undecodable change record", "subject", msg.Subject(), "seq", md.Sequence.Stream, "err", err)
+		// The sequence is still applied: it changes nothing in the model.
+		f.gate.advance(md.Sequence.Stream)
+		if md.NumPending == 0 {
+			f.caughtUpOnce.Do(func() { close(f.caughtUp) })
+		}
+		return
+	}
+	if err := f.store.Apply(rec, md.Sequence.Stream); err != nil && !errors.Is(err, model.ErrAlreadyApplied) {
+		f.metrics.badRecords.Inc()
+		f.log.Error("change record not applied", "subject", msg.Subject(), "seq", md.Sequence.Stream, "err", err)
+	}
+	f.metrics.appliedSeq.Set(float64(md.Sequence.Stream))
+	f.gate.advance(md.Sequence.Stream)
+	if md.NumPending == 0 {
+		f.caughtUpOnce.Do(func() { close(f.caughtUp) })
+	}
+}

@@ -1,0 +1,129 @@
+package ads
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"google.golang.org/protobuf/proto"
+
+	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
+)
+
+// orderRouter takes PushOrderBatches from the pusher, waits until the model
+// has applied their through_seq, hands each order to its connection's loop,
+// and reports completions to the pusher.
+type orderRouter struct {
+	// set at construction
+	nc          *nats.Conn
+	s           *Server
+	gate        *seqGate
+	log         *slog.Logger
+	waitTimeout time.Duration
+	batches     chan *nats.Msg // bounded; the NATS handler only enqueues
+
+	// guarded by mu
+	mu  sync.Mutex
+	sub *nats.Subscription
+}
+
+func newOrderRouter(nc *nats.Conn, s *Server, gate *seqGate, log *slog.Logger) *orderRouter {
+	return &orderRouter{
+		nc:          nc,
+		s:           s,
+		gate:        gate,
+		log:         log,
+		waitTimeout: 30 * time.Second,
+		batches:     make(chan *nats.Msg, 1024),
+	}
+}
+
+// subscribe starts taking orders on subject.
+func (r *orderRouter) subscribe(subject string) error {
+	sub, err := r.nc.Subscribe(subject, func(m *nats.Msg) {
+		// Blocking here applies backpressure to the subscription; NATS keeps
+		// a bounded pending buffer behind it.
+		r.batches <- m
+	})
+	if err != nil {
+		return err
+	}
+	r.mu.Lock()
+	r.sub = sub
+	r.mu.Unlock()
+	return nil
+}
+
+func (r *orderRouter) unsubscribe() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.sub != nil {
+		_ = r.sub.Drain()
+	}
+}
+
+// run dispatches batches until ctx ends.
+func (r *orderRouter) run(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case m := <-r.batches:
+			r.dispatch(ctx, m)
+		}
+	}
+}
+
+func (r *orderRouter) dispatch(ctx context.Context, m *nats.Msg) {
+	batch := &pb.PushOrderBatch{}
+	if err := proto.Unmarshal(m.Data, batch); err != nil {
+		r.s.metrics.ordersDropped.Inc()
+		r.log.Error("undecodable push order batch", "subject", m.Subject, "err", err)
+		return
+	}
+	var through uint64
+	for _, o := range batch.GetOrders() {
+		through = max(through, o.GetThroughSeq())
+	}
+	wctx, cancel := context.WithTimeout(ctx, r.waitTimeout)
+	err := r.gate.wait(wctx, through)
+	cancel()
+	for _, o := range batch.GetOrders() {
+		ref := orderRef{order: o, reply: m.Reply}
+		if err != nil {
+			r.log.Warn("model behind push order", "seq", through, "err", err)
+			r.done(ref, pb.PushDone_FAILED, 0, err.Error())
+			continue
+		}
+		c := r.s.lookupConn(o.GetConnId())
+		if c == nil || !c.deliver(ref) {
+			r.done(ref, pb.PushDone_CONN_GONE, 0, "")
+		}
+	}
+}
+
+// done reports one order's completion to the pusher that sent it.
+func (r *orderRouter) done(o orderRef, res pb.PushDone_Result, synced uint64, errText string) {
+	r.s.metrics.orders.WithLabelValues(res.String()).Inc()
+	if o.reply == "" {
+		return
+	}
+	d := &pb.PushDone{
+		ConnId:    o.order.GetConnId(),
+		PushId:    o.order.GetPushId(),
+		Result:    res,
+		SyncedSeq: synced,
+		Error:     errText,
+		Frontend:  r.s.id,
+	}
+	b, err := proto.Marshal(d)
+	if err != nil {
+		r.log.Error("marshal push done", "err", err)
+		return
+	}
+	if err := r.nc.Publish(o.reply, b); err != nil {
+		r.log.Warn("publish push done", "conn", d.ConnId, "err", err)
+	}
+}

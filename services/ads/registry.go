@@ -1,0 +1,141 @@
+package ads
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/pilotwire/pilotwire/pkg/bus"
+	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
+)
+
+// registry writes this frontend's heartbeat and its connections to the
+// registry bucket. Connection updates are coalesced: only the latest state of
+// each connection is written, by one goroutine.
+type registry struct {
+	// set at construction
+	kv        jetstream.KeyValue
+	fe        *pb.FrontendInfo
+	interval  time.Duration
+	log       *slog.Logger
+	metrics   *metrics
+	notify    chan struct{}
+	connCount func() int
+	applied   func() uint64
+
+	// guarded by mu
+	mu       sync.Mutex
+	dirty    map[string]*pb.ConnectionInfo // nil value: delete the key
+	draining bool
+}
+
+func (r *registry) put(ci *pb.ConnectionInfo) { r.mark(ci.GetConnId(), ci) }
+
+func (r *registry) remove(connID string) { r.mark(connID, nil) }
+
+func (r *registry) mark(connID string, ci *pb.ConnectionInfo) {
+	r.mu.Lock()
+	r.dirty[connID] = ci
+	r.mu.Unlock()
+	select {
+	case r.notify <- struct{}{}:
+	default:
+	}
+}
+
+func (r *registry) setDraining() {
+	r.mu.Lock()
+	r.draining = true
+	r.mu.Unlock()
+}
+
+// run heartbeats and flushes until ctx ends, then removes this frontend's
+// keys so the pusher forgets it at once.
+func (r *registry) run(ctx context.Context) {
+	t := time.NewTicker(r.interval)
+	defer t.Stop()
+	r.heartbeat(ctx)
+	for {
+		select {
+		case <-ctx.Done():
+			r.flush(context.Background())
+			r.deregister()
+			return
+		case <-r.notify:
+			r.flush(ctx)
+		case <-t.C:
+			r.heartbeat(ctx)
+			r.flush(ctx) // retries failed writes
+		}
+	}
+}
+
+func (r *registry) heartbeat(ctx context.Context) {
+	r.mu.Lock()
+	fe := proto.Clone(r.fe).(*pb.FrontendInfo)
+	fe.Draining = r.draining
+	r.mu.Unlock()
+	fe.HeartbeatAt = timestamppb.Now()
+	fe.Connections = int32(r.connCount())
+	fe.AppliedSeq = r.applied()
+	b, err := proto.Marshal(fe)
+	if err == nil {
+		_, err = r.kv.Put(ctx, bus.FrontendKey(fe.GetId()), b)
+	}
+	if err != nil && ctx.Err() == nil {
+		r.metrics.registryErrors.Inc()
+		r.log.Warn("registry heartbeat", "err", err)
+	}
+}
+
+func (r *registry) flush(ctx context.Context) {
+	r.mu.Lock()
+	dirty := r.dirty
+	r.dirty = make(map[string]*pb.ConnectionInfo, len(dirty))
+	r.mu.Unlock()
+	for id, ci := range dirty {
+		key := bus.ConnKey(r.fe.GetId(), id)
+		var err error
+		if ci == nil {
+			err = r.kv.Delete(ctx, key)
+		} else {
+			var b []byte
+			if b, err = proto.Marshal(ci); err == nil {
+				_, err = r.kv.Put(ctx, key, b)
+			}
+		}
+		if err != nil {
+			r.metrics.registryErrors.Inc()
+			r.log.Warn("registry write", "conn", id, "err", err)
+			if ctx.Err() == nil {
+				// Keep the latest state for the next flush unless newer
+				// state arrived meanwhile.
+				r.mu.Lock()
+				if _, newer := r.dirty[id]; !newer {
+					r.dirty[id] = ci
+				}
+				r.mu.Unlock()
+			}
+		}
+	}
+}
+
+// deregister deletes the frontend's heartbeat and all its connection keys.
+func (r *registry) deregister() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	lister, err := r.kv.ListKeysFiltered(ctx, "conn."+bus.EscapeToken(r.fe.GetId())+".>")
+	if err == nil {
+		for k := range lister.Keys() {
+			_ = r.kv.Delete(ctx, k)
+		}
+	}
+	if err := r.kv.Delete(ctx, bus.FrontendKey(r.fe.GetId())); err != nil {
+		r.log.Warn("deregister frontend", "err", err)
+	}
+}

@@ -1,0 +1,193 @@
+package ads
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"os"
+	"sync"
+	"time"
+
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/pilotwire/pilotwire/pkg/bus"
+	"github.com/pilotwire/pilotwire/pkg/model"
+	"github.com/pilotwire/pilotwire/pkg/svc"
+	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
+)
+
+// Config of one ADS frontend. Flags and env vars are in cmd/ads.
+type Config struct {
+	svc.Common
+	// ADSAddr is the gRPC listen address (default 127.0.0.1:15010).
+	ADSAddr string
+	// FrontendID names this frontend in the registry; unique per process
+	// (default <hostname>-<random>).
+	FrontendID string
+	// MaxConnectionAge makes clients reconnect (and so rebalance across
+	// frontends) after this long; grpc-go adds jitter. Default 30m, as Istio.
+	MaxConnectionAge time.Duration
+	// DrainDuration is how long a stopping frontend keeps serving existing
+	// streams after it stopped accepting new ones.
+	DrainDuration time.Duration
+	// HeartbeatInterval of the registry entry.
+	HeartbeatInterval time.Duration
+	// RecordDeliveries writes every response, ACK and NACK to the
+	// DELIVERIES stream.
+	RecordDeliveries bool
+	// OnListen, if set, is called with the bound ADS address (tests).
+	OnListen func(addr string)
+}
+
+// DefaultFrontendID is <hostname>-<8 hex>.
+func DefaultFrontendID() string {
+	h, _ := os.Hostname()
+	if h == "" {
+		h = "ads"
+	}
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return h + "-" + hex.EncodeToString(b[:])
+}
+
+// Run runs the frontend until ctx ends, then drains.
+func Run(ctx context.Context, cfg Config, d svc.Deps) error {
+	names, err := cfg.Names()
+	if err != nil {
+		return err
+	}
+	if cfg.FrontendID == "" {
+		cfg.FrontendID = DefaultFrontendID()
+	}
+	if cfg.HeartbeatInterval <= 0 {
+		cfg.HeartbeatInterval = 2 * time.Second
+	}
+	log := d.Log.With("frontend", cfg.FrontendID)
+	opts := cfg.StreamOptions()
+	if _, err := bus.EnsureStream(ctx, d.JS, names.ChangesConfig(opts)); err != nil {
+		return err
+	}
+	if cfg.RecordDeliveries {
+		if _, err := bus.EnsureStream(ctx, d.JS, names.DeliveriesConfig(opts)); err != nil {
+			return err
+		}
+	}
+	kv, err := bus.EnsureKV(ctx, d.JS, names.RegistryConfig(opts))
+	if err != nil {
+		return err
+	}
+
+	m := newMetrics(d.Reg)
+	gate := newSeqGate()
+	store := model.NewStore()
+	s := &Server{
+		id:      cfg.FrontendID,
+		store:   store,
+		log:     log,
+		metrics: m,
+		drainCh: make(chan struct{}),
+		conns:   make(map[string]*conn),
+	}
+	if cfg.RecordDeliveries {
+		s.recorder = &recorder{js: d.JS, names: names, log: log, metrics: m, maxPending: 4096}
+	}
+	s.orders = newOrderRouter(d.NC, s, gate, log)
+	s.registry = &registry{
+		kv: kv,
+		fe: &pb.FrontendInfo{
+			Id:            cfg.FrontendID,
+			OrdersSubject: names.OrdersSubject(cfg.FrontendID),
+			AdsAddr:       cfg.ADSAddr,
+			StartedAt:     timestamppb.Now(),
+		},
+		interval:  cfg.HeartbeatInterval,
+		log:       log,
+		metrics:   m,
+		notify:    make(chan struct{}, 1),
+		dirty:     make(map[string]*pb.ConnectionInfo),
+		connCount: s.connCount,
+		applied:   gate.get,
+	}
+
+	// The model first: no stream is served from a model that is behind the
+	// history as it stood at start-up.
+	f := &follower{js: d.JS, names: names, store: store, gate: gate, log: log, metrics: m, caughtUp: make(chan struct{})}
+	stopFollow, err := f.start(ctx)
+	if err != nil {
+		return err
+	}
+	defer stopFollow()
+
+	lis, err := net.Listen("tcp", cfg.ADSAddr)
+	if err != nil {
+		return fmt.Errorf("listen ads %s: %w", cfg.ADSAddr, err)
+	}
+	gs := grpc.NewServer(
+		grpc.KeepaliveParams(keepalive.ServerParameters{
+			MaxConnectionAge:      cfg.MaxConnectionAge,
+			MaxConnectionAgeGrace: cfg.DrainDuration,
+			Time:                  30 * time.Second,
+			Timeout:               10 * time.Second,
+		}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 15 * time.Second, PermitWithoutStream: true}),
+		grpc.MaxRecvMsgSize(4<<20),
+	)
+	discovery.RegisterAggregatedDiscoveryServiceServer(gs, s)
+
+	var wg sync.WaitGroup
+	runCtx, cancelRun := context.WithCancel(context.Background())
+	defer cancelRun()
+	wg.Add(2)
+	go func() { defer wg.Done(); s.orders.run(runCtx) }()
+	go func() { defer wg.Done(); s.registry.run(runCtx) }()
+	if err := s.orders.subscribe(names.OrdersSubject(cfg.FrontendID)); err != nil {
+		cancelRun()
+		wg.Wait()
+		return fmt.Errorf("subscribe orders: %w", err)
+	}
+	serveErr := make(chan error, 1)
+	wg.Add(1)
+	go func() { defer wg.Done(); serveErr <- gs.Serve(lis) }()
+	addr := lis.Addr().String()
+	if cfg.OnListen != nil {
+		cfg.OnListen(addr)
+	}
+	d.Health.SetReady()
+	log.Info("ads ready", "addr", addr, "seq", gate.get())
+
+	select {
+	case <-ctx.Done():
+	case err = <-serveErr:
+		log.Error("grpc serve", "err", err)
+	}
+	// Drain: stop accepting, tell the registry, give clients time to move,
+	// then end the remaining streams and stop.
+	d.Health.SetNotReady("draining")
+	s.registry.setDraining()
+	stopped := make(chan struct{})
+	go func() { gs.GracefulStop(); close(stopped) }()
+	if cfg.DrainDuration > 0 && s.connCount() > 0 {
+		t := time.NewTimer(cfg.DrainDuration)
+		select {
+		case <-t.C:
+		case <-stopped:
+		}
+		t.Stop()
+	}
+	s.drain()
+	select {
+	case <-stopped:
+	case <-time.After(5 * time.Second):
+		gs.Stop()
+		<-stopped
+	}
+	s.orders.unsubscribe()
+	cancelRun()
+	wg.Wait()
+	return err
+}

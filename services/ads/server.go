@@ -1,0 +1,89 @@
+package ads
+
+import (
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/pilotwire/pilotwire/pkg/model"
+)
+
+// Server is one ADS frontend's gRPC service.
+type Server struct {
+	discovery.UnimplementedAggregatedDiscoveryServiceServer
+
+	// set at construction
+	id        string
+	store     *model.Store
+	log       *slog.Logger
+	metrics   *metrics
+	orders    *orderRouter
+	registry  *registry
+	recorder  *recorder
+	drainCh   chan struct{}
+	drainOnce sync.Once
+	connSeq   atomic.Uint64
+
+	// guarded by mu
+	mu    sync.RWMutex
+	conns map[string]*conn
+}
+
+var _ discovery.AggregatedDiscoveryServiceServer = (*Server)(nil)
+
+// StreamAggregatedResources serves one state-of-the-world ADS stream.
+func (s *Server) StreamAggregatedResources(stream sotwStream) error {
+	select {
+	case <-s.drainCh:
+		return status.Error(codes.Unavailable, "frontend draining: connect to another frontend")
+	default:
+	}
+	c := s.newConn(stream)
+	s.metrics.connections.Inc()
+	defer s.metrics.connections.Dec()
+	return c.run()
+}
+
+func (s *Server) nextConnID() string {
+	return s.id + "-" + strconv.FormatUint(s.connSeq.Add(1), 10)
+}
+
+func (s *Server) addConn(c *conn) {
+	s.mu.Lock()
+	s.conns[c.id] = c
+	s.mu.Unlock()
+	s.registry.put(c.info())
+}
+
+func (s *Server) removeConn(c *conn) {
+	s.mu.Lock()
+	delete(s.conns, c.id)
+	s.mu.Unlock()
+	s.registry.remove(c.id)
+}
+
+// updateConn republishes a connection's registry entry; called by its loop.
+func (s *Server) updateConn(c *conn) { s.registry.put(c.info()) }
+
+func (s *Server) lookupConn(id string) *conn {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.conns[id]
+}
+
+func (s *Server) connCount() int {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return len(s.conns)
+}
+
+// drain makes every stream end with Unavailable so clients reconnect to
+// another frontend.
+func (s *Server) drain() {
+	s.drainOnce.Do(func() { close(s.drainCh) })
+}

@@ -1,0 +1,79 @@
+package ads
+
+import (
+	"slices"
+
+	resource "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+)
+
+// pushOrder is the order in which types are sent on a push, as Envoy wants
+// (clusters before their endpoints, listeners before their routes).
+var pushOrder = []string{resource.ClusterType, resource.EndpointType, resource.ListenerType, resource.RouteType}
+
+// shortType names a type URL in metrics and logs.
+func shortType(typeURL string) string {
+	switch typeURL {
+	case resource.ClusterType:
+		return "cds"
+	case resource.EndpointType:
+		return "eds"
+	case resource.ListenerType:
+		return "lds"
+	case resource.RouteType:
+		return "rds"
+	}
+	return "other"
+}
+
+// wildcardDefault reports whether an initial request with no names means
+// "everything" for the type (CDS and LDS), per the xDS protocol.
+func wildcardDefault(typeURL string) bool {
+	return typeURL == resource.ClusterType || typeURL == resource.ListenerType
+}
+
+// supportedType reports whether this frontend generates the type.
+func supportedType(typeURL string) bool {
+	return slices.Contains(pushOrder, typeURL)
+}
+
+// watch is one connection's subscription to one type; owned by the loop.
+type watch struct {
+	typeURL  string
+	wildcard bool
+	names    []string // sorted, deduplicated; ignored when wildcard
+	// last response
+	nonce       string
+	sentVersion string
+	sentNames   []string
+	genSeq      uint64 // model sequence of the last generation, sent or not
+	// client's answers
+	ackedVersion string
+	nackError    string
+}
+
+// setNames applies the names of a request and reports whether the
+// subscription changed. first says this is the first request for the type.
+func (w *watch) setNames(names []string, first bool) bool {
+	wildcard := false
+	var explicit []string
+	for _, n := range names {
+		if n == "*" {
+			wildcard = true
+			continue
+		}
+		explicit = append(explicit, n)
+	}
+	if first && len(names) == 0 && wildcardDefault(w.typeURL) {
+		wildcard = true
+	}
+	// A legacy wildcard subscription stays wildcard on later empty requests.
+	if !first && len(names) == 0 && w.wildcard && wildcardDefault(w.typeURL) {
+		wildcard = true
+	}
+	slices.Sort(explicit)
+	explicit = slices.Compact(explicit)
+	changed := wildcard != w.wildcard || !slices.Equal(explicit, w.names)
+	w.wildcard = wildcard
+	w.names = explicit
+	return changed
+}

@@ -1,0 +1,264 @@
+package debouncer
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/goleak"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/pilotwire/pilotwire/pkg/bus"
+	"github.com/pilotwire/pilotwire/pkg/debounce"
+	"github.com/pilotwire/pilotwire/pkg/natstest"
+	"github.com/pilotwire/pilotwire/pkg/svc"
+	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const testTimeout = 60 * time.Second
+
+var names, _ = bus.NewNames("pw")
+
+type instance struct {
+	nc     *nats.Conn
+	reg    *prometheus.Registry
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// startDebouncer runs one debouncer instance with its own connection.
+func startDebouncer(t *testing.T, url, id string, dcfg debounce.Config) *instance {
+	t.Helper()
+	nc, js := natstest.Connect(t, url)
+	ctx, cancel := context.WithCancel(context.Background())
+	in := &instance{nc: nc, reg: prometheus.NewRegistry(), cancel: cancel, done: make(chan error, 1)}
+	go func() {
+		in.done <- Run(ctx, Config{
+			Common:   svc.Common{NATSURL: url, Prefix: "pw"},
+			Debounce: dcfg,
+			ID:       id,
+			LeaseTTL: 600 * time.Millisecond,
+		}, svc.Deps{NC: nc, JS: js, Log: slog.New(slog.DiscardHandler).With("id", id), Reg: in.reg, Health: &svc.Health{}})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-in.done; err != nil {
+			t.Errorf("debouncer %s: %v", id, err)
+		}
+	})
+	return in
+}
+
+func (in *instance) leader() bool {
+	mfs, _ := in.reg.Gather()
+	for _, mf := range mfs {
+		if mf.GetName() == "pilotwire_debouncer_leader" {
+			return mf.GetMetric()[0].GetGauge().GetValue() == 1
+		}
+	}
+	return false
+}
+
+func setupStreams(t *testing.T, js jetstream.JetStream) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	for _, c := range []jetstream.StreamConfig{names.ChangesConfig(bus.StreamOptions{}), names.PushesConfig(bus.StreamOptions{})} {
+		if _, err := bus.EnsureStream(ctx, js, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// publishChange writes one change record; endpoint ones are EndpointSlices.
+func publishChange(ctx context.Context, t *testing.T, js jetstream.JetStream, i int, endpoint bool) {
+	t.Helper()
+	ref := &pb.ObjectRef{Version: "v1", Kind: "ConfigMap", Namespace: "ns", Name: fmt.Sprintf("cm-%d", i%50)}
+	obj := map[string]any{"metadata": map[string]any{"name": ref.Name, "namespace": "ns"}}
+	if endpoint {
+		ref = &pb.ObjectRef{Group: "discovery.k8s.io", Version: "v1", Kind: "EndpointSlice", Namespace: "ns", Name: fmt.Sprintf("svc-%d-x", i%20)}
+		obj = map[string]any{"metadata": map[string]any{"name": ref.Name, "namespace": "ns", "labels": map[string]any{"kubernetes.io/service-name": fmt.Sprintf("svc-%d", i%20)}}}
+	}
+	b, _ := json.Marshal(obj)
+	data, _ := proto.Marshal(&pb.ChangeRecord{Cluster: "c1", Ref: ref, Op: pb.Op_OP_UPDATE, Object: b, ResourceVersion: fmt.Sprint(i)})
+	if _, err := js.PublishAsync(names.ChangeSubject("c1", ref), data); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// pushRequests reads every PushRequest in the stream.
+func pushRequests(t *testing.T, js jetstream.JetStream) []*pb.PushRequest {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	s, err := js.Stream(ctx, names.PushesStream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []*pb.PushRequest
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && seq > 0; seq++ {
+		m, err := s.GetMsg(ctx, seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pr := &pb.PushRequest{}
+		if err := proto.Unmarshal(m.Data, pr); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, pr)
+	}
+	return out
+}
+
+// coverage counts how many requests cover each sequence.
+func coverage(prs []*pb.PushRequest) map[uint64]int {
+	c := map[uint64]int{}
+	for _, pr := range prs {
+		for _, r := range pr.GetCovered() {
+			for s := r.GetFirst(); s <= r.GetLast(); s++ {
+				c[s]++
+			}
+		}
+	}
+	return c
+}
+
+func waitCovered(t *testing.T, js jetstream.JetStream, n int) []*pb.PushRequest {
+	t.Helper()
+	deadline := time.Now().Add(testTimeout)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		prs := pushRequests(t, js)
+		if len(coverage(prs)) >= n {
+			return prs
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d of %d changes covered by %d push requests", len(coverage(prs)), n, len(prs))
+		}
+		<-tick.C
+	}
+}
+
+func checkExactlyOnce(t *testing.T, prs []*pb.PushRequest, n int) {
+	t.Helper()
+	cov := coverage(prs)
+	for s := uint64(1); s <= uint64(n); s++ {
+		if cov[s] != 1 {
+			t.Errorf("change seq %d is in %d push requests, want exactly 1", s, cov[s])
+		}
+	}
+	if len(cov) != n {
+		t.Errorf("push requests cover %d sequences, want %d", len(cov), n)
+	}
+	merged := 0
+	for _, pr := range prs {
+		merged += int(pr.GetMergedEvents())
+	}
+	if merged != n {
+		t.Errorf("merged events sum to %d, want %d", merged, n)
+	}
+}
+
+// TestBurstBecomesAFewPushes: 1,000 change records over about 2 s (bursts
+// 50 ms apart, inside the 100 ms quiet window) become a handful of
+// PushRequests covering every record exactly once.
+func TestBurstBecomesAFewPushes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration test")
+	}
+	url := natstest.Start(t)
+	_, js := natstest.Connect(t, url)
+	setupStreams(t, js)
+	startDebouncer(t, url, "a", debounce.DefaultConfig())
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	const n = 1000
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for i := range n {
+		publishChange(ctx, t, js, i, i%3 == 0)
+		if i%25 == 24 {
+			<-tick.C // pacing the producer, not waiting for state
+		}
+	}
+	select {
+	case <-js.PublishAsyncComplete():
+	case <-ctx.Done():
+		t.Fatal("publishes not acknowledged")
+	}
+	prs := waitCovered(t, js, n)
+	checkExactlyOnce(t, prs, n)
+	if len(prs) > 5 {
+		t.Errorf("%d push requests for one 2 s burst, want a handful (<= 5)", len(prs))
+	}
+	last := prs[len(prs)-1]
+	if !last.GetFull() || last.GetReasons()["endpoint"] == 0 || last.GetReasons()["config"] == 0 {
+		t.Errorf("merged request: full=%v reasons=%v, want full with endpoint and config reasons", last.GetFull(), last.GetReasons())
+	}
+	t.Logf("%d records -> %d push requests", n, len(prs))
+}
+
+// TestStandbyTakesOverMidBurst kills the active debouncer's connection in
+// the middle of a burst: the standby takes over and every change ends up in
+// exactly one PushRequest.
+func TestStandbyTakesOverMidBurst(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration test")
+	}
+	url := natstest.Start(t)
+	_, js := natstest.Connect(t, url)
+	setupStreams(t, js)
+	dcfg := debounce.DefaultConfig()
+	dcfg.DebounceAfter = 30 * time.Millisecond
+	a := startDebouncer(t, url, "a", dcfg)
+	waitUntil(t, "a active", a.leader)
+	b := startDebouncer(t, url, "b", dcfg)
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	const n = 1000
+	tick := time.NewTicker(40 * time.Millisecond)
+	defer tick.Stop()
+	for i := range n {
+		publishChange(ctx, t, js, i, i%2 == 0)
+		if i%50 == 49 {
+			<-tick.C // pacing: quiet windows close now and then
+		}
+		if i == n/2 {
+			a.nc.Close() // a dies: it can neither ack nor renew its lease
+		}
+	}
+	select {
+	case <-js.PublishAsyncComplete():
+	case <-ctx.Done():
+		t.Fatal("publishes not acknowledged")
+	}
+	waitUntil(t, "b active", b.leader)
+	prs := waitCovered(t, js, n)
+	checkExactlyOnce(t, prs, n)
+}
+
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(testTimeout)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		<-tick.C
+	}
+}

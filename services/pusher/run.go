@@ -157,6 +157,7 @@ func runActive(ctx context.Context, cfg Config, names bus.Names, pushes jetstrea
 		}
 	}
 
+	p.log.Info("pusher active", "latest_seq", p.latest)
 	doneSub, err := d.NC.Subscribe(names.DoneSubject(cfg.ID), p.handleDone)
 	if err != nil {
 		return fmt.Errorf("subscribe done: %w", err)
@@ -197,7 +198,6 @@ func runActive(ctx context.Context, cfg Config, names bus.Names, pushes jetstrea
 			p.handlePushRequest(msg)
 		}
 	}()
-	p.log.Info("pusher active", "latest_seq", p.latest)
 
 	<-ctx.Done()
 	it.Stop()

@@ -1,0 +1,293 @@
+package pusher
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	resource "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/goleak"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/pilotwire/pilotwire/pkg/bus"
+	"github.com/pilotwire/pilotwire/pkg/natstest"
+	"github.com/pilotwire/pilotwire/pkg/svc"
+	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const testTimeout = 30 * time.Second
+
+var names, _ = bus.NewNames("pw")
+
+// fakeFrontend is a real NATS participant standing in for an ADS frontend:
+// it registers connections and a heartbeat, records every order it gets, and
+// answers with PushDone unless told to stay silent.
+type fakeFrontend struct {
+	t   *testing.T
+	id  string
+	nc  *nats.Conn
+	kv  jetstream.KeyValue
+	sub *nats.Subscription
+
+	mu     sync.Mutex
+	orders []*pb.PushOrder
+	silent bool
+}
+
+func newFrontend(t *testing.T, url, id string) *fakeFrontend {
+	t.Helper()
+	nc, js := natstest.Connect(t, url)
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	kv, err := bus.EnsureKV(ctx, js, names.RegistryConfig(bus.StreamOptions{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fakeFrontend{t: t, id: id, nc: nc, kv: kv}
+	f.sub, err = nc.Subscribe(names.OrdersSubject(id), f.handle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.heartbeat()
+	return f
+}
+
+func (f *fakeFrontend) heartbeat() {
+	b, _ := proto.Marshal(&pb.FrontendInfo{Id: f.id, OrdersSubject: names.OrdersSubject(f.id)})
+	if _, err := f.kv.Put(context.Background(), bus.FrontendKey(f.id), b); err != nil {
+		f.t.Errorf("heartbeat: %v", err)
+	}
+}
+
+func (f *fakeFrontend) register(conn string, synced uint64, edsNames ...string) {
+	ci := &pb.ConnectionInfo{ConnId: conn, Frontend: f.id, NodeId: "sidecar~1.1.1.1~" + conn + ".ns~ns.svc.cluster.local", SyncedSeq: synced,
+		Watches: []*pb.Watch{{TypeUrl: resource.ClusterType, Wildcard: true}, {TypeUrl: resource.EndpointType, Names: edsNames}}}
+	b, _ := proto.Marshal(ci)
+	if _, err := f.kv.Put(context.Background(), bus.ConnKey(f.id, conn), b); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+func (f *fakeFrontend) handle(m *nats.Msg) {
+	batch := &pb.PushOrderBatch{}
+	if err := proto.Unmarshal(m.Data, batch); err != nil {
+		f.t.Errorf("bad batch: %v", err)
+		return
+	}
+	f.mu.Lock()
+	f.orders = append(f.orders, batch.GetOrders()...)
+	silent := f.silent
+	f.mu.Unlock()
+	if silent {
+		return
+	}
+	for _, o := range batch.GetOrders() {
+		b, _ := proto.Marshal(&pb.PushDone{ConnId: o.GetConnId(), PushId: o.GetPushId(), Result: pb.PushDone_SENT, SyncedSeq: o.GetThroughSeq(), Frontend: f.id})
+		_ = f.nc.Publish(m.Reply, b)
+	}
+}
+
+func (f *fakeFrontend) setSilent(s bool) {
+	f.mu.Lock()
+	f.silent = s
+	f.mu.Unlock()
+}
+
+// ordersFor returns the through_seq of every order a connection got.
+func (f *fakeFrontend) ordersFor(conn string) []uint64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []uint64
+	for _, o := range f.orders {
+		if o.GetConnId() == conn {
+			out = append(out, o.GetThroughSeq())
+		}
+	}
+	return out
+}
+
+type harness struct {
+	url string
+	js  jetstream.JetStream
+	reg *prometheus.Registry
+}
+
+func startPusher(t *testing.T, cfg Config) *harness {
+	t.Helper()
+	url := natstest.Start(t)
+	nc, js := natstest.Connect(t, url)
+	h := &harness{url: url, js: js, reg: prometheus.NewRegistry()}
+	cfg.Common = svc.Common{NATSURL: url, Prefix: "pw"}
+	if cfg.ID == "" {
+		cfg.ID = "p1"
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, cfg, svc.Deps{NC: nc, JS: js, Log: slog.New(slog.DiscardHandler), Reg: h.reg, Health: &svc.Health{}})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run() = %v", err)
+		}
+	})
+	waitUntil(t, "pusher active", func() bool { return h.metric("pilotwire_pusher_leader") == 1 })
+	return h
+}
+
+func (h *harness) metric(name string) float64 {
+	mfs, _ := h.reg.Gather()
+	total := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			for _, m := range mf.GetMetric() {
+				total += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+			}
+		}
+	}
+	return total
+}
+
+func (h *harness) push(t *testing.T, pr *pb.PushRequest) {
+	t.Helper()
+	b, _ := proto.Marshal(pr)
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	if _, err := h.js.Publish(ctx, names.PushesSubject(), b); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(testTimeout)
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		<-tick.C
+	}
+}
+
+func equal(a, b []uint64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// TestFanOutAndScoping: a full push reaches every connection once; an
+// endpoint push reaches only connections watching the changed service.
+func TestFanOutAndScoping(t *testing.T) {
+	h := startPusher(t, Config{})
+	fe := newFrontend(t, h.url, "fe-1")
+	fe.register("c-a", 0, "outbound|80||a.ns.svc.cluster.local")
+	fe.register("c-b", 0, "outbound|80||b.ns.svc.cluster.local")
+	fe.register("c-none", 0)
+	waitUntil(t, "connections known", func() bool { return h.metric("pilotwire_pusher_connections") == 3 })
+
+	h.push(t, &pb.PushRequest{Full: true, ThroughSeq: 5, Reasons: map[string]int32{"config": 1}})
+	for _, c := range []string{"c-a", "c-b", "c-none"} {
+		waitUntil(t, c+" pushed", func() bool { return equal(fe.ordersFor(c), []uint64{5}) })
+	}
+
+	h.push(t, &pb.PushRequest{ThroughSeq: 8, Reasons: map[string]int32{"endpoint": 1},
+		ConfigKeys: []*pb.ConfigKey{{Kind: "Service", Namespace: "ns", Name: "a"}}})
+	waitUntil(t, "c-a pushed for its endpoints", func() bool { return equal(fe.ordersFor("c-a"), []uint64{5, 8}) })
+	waitUntil(t, "others skipped by scope", func() bool { return h.metric("pilotwire_pusher_skipped_total") == 2 })
+	// A full push after the skipped one: everyone gets exactly one more.
+	h.push(t, &pb.PushRequest{Full: true, ThroughSeq: 9})
+	waitUntil(t, "c-b pushed", func() bool { return equal(fe.ordersFor("c-b"), []uint64{5, 9}) })
+	waitUntil(t, "c-none pushed", func() bool { return equal(fe.ordersFor("c-none"), []uint64{5, 9}) })
+	waitUntil(t, "c-a pushed", func() bool { return equal(fe.ordersFor("c-a"), []uint64{5, 8, 9}) })
+}
+
+// TestMergeWhileInFlight: requests arriving while a connection's push is in
+// flight merge into one follow-up push.
+func TestMergeWhileInFlight(t *testing.T) {
+	h := startPusher(t, Config{PushTimeout: time.Minute})
+	fe := newFrontend(t, h.url, "fe-1")
+	fe.register("c", 0)
+	waitUntil(t, "connection known", func() bool { return h.metric("pilotwire_pusher_connections") == 1 })
+	fe.setSilent(true)
+	h.push(t, &pb.PushRequest{Full: true, ThroughSeq: 1})
+	waitUntil(t, "first order", func() bool { return len(fe.ordersFor("c")) == 1 })
+	h.push(t, &pb.PushRequest{Full: true, ThroughSeq: 2})
+	h.push(t, &pb.PushRequest{Full: true, ThroughSeq: 3})
+	waitUntil(t, "both requests consumed", func() bool { return h.metric("pilotwire_pusher_push_requests_total") == 3 })
+	if got := fe.ordersFor("c"); !equal(got, []uint64{1}) {
+		t.Fatalf("orders while in flight = %v, want only [1]", got)
+	}
+	// Complete the first push: the merged follow-up is dispatched once.
+	fe.setSilent(false)
+	b, _ := proto.Marshal(&pb.PushDone{ConnId: "c", PushId: 1, Result: pb.PushDone_SENT, SyncedSeq: 1})
+	if err := fe.nc.Publish(names.DoneSubject("p1"), b); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "merged follow-up", func() bool { return equal(fe.ordersFor("c"), []uint64{1, 3}) })
+}
+
+// TestLevelTriggeredCatchUp: a connection that registers behind the latest
+// PushRequest is pushed without any new request.
+func TestLevelTriggeredCatchUp(t *testing.T) {
+	h := startPusher(t, Config{})
+	h.push(t, &pb.PushRequest{Full: true, ThroughSeq: 7})
+	waitUntil(t, "request consumed", func() bool { return h.metric("pilotwire_pusher_latest_through_seq") == 7 })
+	fe := newFrontend(t, h.url, "fe-1")
+	fe.register("behind", 3)
+	fe.register("current", 7)
+	waitUntil(t, "behind caught up", func() bool { return equal(fe.ordersFor("behind"), []uint64{7}) })
+	if got := fe.ordersFor("current"); len(got) != 0 {
+		t.Errorf("up-to-date connection got orders %v", got)
+	}
+}
+
+// TestDoneTimeoutRequeuesOnce: a frontend that never reports done gets the
+// order again once, and the timeouts are counted.
+func TestDoneTimeoutRequeuesOnce(t *testing.T) {
+	h := startPusher(t, Config{PushTimeout: 200 * time.Millisecond})
+	fe := newFrontend(t, h.url, "fe-1")
+	fe.setSilent(true)
+	fe.register("c", 0)
+	waitUntil(t, "connection known", func() bool { return h.metric("pilotwire_pusher_connections") == 1 })
+	h.push(t, &pb.PushRequest{Full: true, ThroughSeq: 4})
+	waitUntil(t, "two timeouts", func() bool { return h.metric("pilotwire_pusher_done_timeouts_total") == 2 })
+	if got := fe.ordersFor("c"); !equal(got, []uint64{4, 4}) {
+		t.Fatalf("orders = %v, want the original and one retry", got)
+	}
+}
+
+// TestDeadFrontendForgotten: when a frontend's heartbeat stops, its
+// connections are forgotten and their registry entries removed.
+func TestDeadFrontendForgotten(t *testing.T) {
+	h := startPusher(t, Config{FrontendTimeout: 500 * time.Millisecond})
+	fe := newFrontend(t, h.url, "fe-dead")
+	fe.register("c1", 0)
+	fe.register("c2", 0)
+	waitUntil(t, "connections known", func() bool { return h.metric("pilotwire_pusher_connections") == 2 })
+	waitUntil(t, "connections forgotten", func() bool { return h.metric("pilotwire_pusher_connections") == 0 })
+	waitUntil(t, "registry cleaned", func() bool {
+		_, err := fe.kv.Get(context.Background(), bus.ConnKey("fe-dead", "c1"))
+		return err != nil
+	})
+	h.push(t, &pb.PushRequest{Full: true, ThroughSeq: 2})
+	waitUntil(t, "request consumed", func() bool { return h.metric("pilotwire_pusher_push_requests_total") == 1 })
+	if got := fe.ordersFor("c1"); len(got) != 0 {
+		t.Errorf("forgotten connection got orders %v", got)
+	}
+}

@@ -16,6 +16,7 @@ type metrics struct {
 	pushRequests prometheus.Counter
 	latestSeq    prometheus.Gauge
 	leader       prometheus.Gauge
+	batchSize    prometheus.Histogram
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -61,8 +62,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		leader: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "pilotwire_pusher_leader", Help: "1 while this pusher holds its shard's lease and is active.",
 		}),
+		batchSize: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "pilotwire_pusher_batch_orders",
+			Help:    "Push orders per message sent to a frontend.",
+			Buckets: prometheus.ExponentialBuckets(1, 2, 10),
+		}),
 	}
-	reg.MustRegister(m.leader, m.queueTime, m.orders, m.queueLen, m.inFlight, m.doneTimeouts, m.skipped, m.dones,
+	reg.MustRegister(m.leader, m.batchSize, m.queueTime, m.orders, m.queueLen, m.inFlight, m.doneTimeouts, m.skipped, m.dones,
 		m.connections, m.frontends, m.badMessages, m.pushRequests, m.latestSeq)
 	return m
 }

@@ -2,6 +2,7 @@ package pusher
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"sync"
 	"testing"
@@ -30,18 +31,32 @@ var names, _ = bus.NewNames("pw")
 // it registers connections and a heartbeat, records every order it gets, and
 // answers with PushDone unless told to stay silent.
 type fakeFrontend struct {
-	t   *testing.T
+	t   testing.TB
 	id  string
 	nc  *nats.Conn
 	kv  jetstream.KeyValue
 	sub *nats.Subscription
 
-	mu     sync.Mutex
-	orders []*pb.PushOrder
-	silent bool
+	mu      sync.Mutex
+	orders  []*pb.PushOrder
+	silent  bool
+	want    int // when len(orders) reaches want, signal reached
+	reached chan struct{}
 }
 
-func newFrontend(t *testing.T, url, id string) *fakeFrontend {
+// expect arms a signal for when the frontend has received n orders in all.
+func (f *fakeFrontend) expect(n int) <-chan struct{} {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.want, f.reached = n, make(chan struct{})
+	if len(f.orders) >= n {
+		close(f.reached)
+		f.reached = nil
+	}
+	return f.reached
+}
+
+func newFrontend(t testing.TB, url, id string) *fakeFrontend {
 	t.Helper()
 	nc, js := natstest.Connect(t, url)
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
@@ -83,6 +98,10 @@ func (f *fakeFrontend) handle(m *nats.Msg) {
 	}
 	f.mu.Lock()
 	f.orders = append(f.orders, batch.GetOrders()...)
+	if f.reached != nil && len(f.orders) >= f.want {
+		close(f.reached)
+		f.reached = nil
+	}
 	silent := f.silent
 	f.mu.Unlock()
 	if silent {
@@ -119,7 +138,7 @@ type harness struct {
 	reg *prometheus.Registry
 }
 
-func startPusher(t *testing.T, cfg Config) *harness {
+func startPusher(t testing.TB, cfg Config) *harness {
 	t.Helper()
 	url := natstest.Start(t)
 	nc, js := natstest.Connect(t, url)
@@ -156,7 +175,7 @@ func (h *harness) metric(name string) float64 {
 	return total
 }
 
-func (h *harness) push(t *testing.T, pr *pb.PushRequest) {
+func (h *harness) push(t testing.TB, pr *pb.PushRequest) {
 	t.Helper()
 	b, _ := proto.Marshal(pr)
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
@@ -166,7 +185,7 @@ func (h *harness) push(t *testing.T, pr *pb.PushRequest) {
 	}
 }
 
-func waitUntil(t *testing.T, what string, cond func() bool) {
+func waitUntil(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(testTimeout)
 	tick := time.NewTicker(5 * time.Millisecond)
@@ -289,5 +308,29 @@ func TestDeadFrontendForgotten(t *testing.T) {
 	waitUntil(t, "request consumed", func() bool { return h.metric("pilotwire_pusher_push_requests_total") == 1 })
 	if got := fe.ordersFor("c1"); len(got) != 0 {
 		t.Errorf("forgotten connection got orders %v", got)
+	}
+}
+
+// BenchmarkFanOut measures one full PushRequest reaching 1,000 connections
+// (orders dispatched and dones received), with and without batching.
+func BenchmarkFanOut(b *testing.B) {
+	for _, bc := range []struct{ batch, throttle int }{{1, 25}, {256, 25}, {1, 1000}, {256, 1000}} {
+		b.Run(fmt.Sprintf("batch=%d/throttle=%d", bc.batch, bc.throttle), func(b *testing.B) {
+			h := startPusher(b, Config{MaxBatch: bc.batch, Throttle: bc.throttle})
+			fe := newFrontend(b, h.url, "fe-1")
+			const conns = 1000
+			for i := range conns {
+				fe.register(fmt.Sprintf("c%d", i), 0)
+			}
+			waitUntil(b, "connections known", func() bool { return h.metric("pilotwire_pusher_connections") == conns })
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := range b.N {
+				reached := fe.expect((i + 1) * conns)
+				h.push(b, &pb.PushRequest{Full: true, ThroughSeq: uint64(i + 1)})
+				<-reached
+			}
+			b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N*conns), "µs/conn")
+		})
 	}
 }

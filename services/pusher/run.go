@@ -38,6 +38,8 @@ type Config struct {
 	// LeaseTTL: a standby takes over after the active pusher has not
 	// renewed its shard's lease for this long (default 3s).
 	LeaseTTL time.Duration
+	// MaxBatch caps the orders sent to one frontend in one message.
+	MaxBatch int
 	// DrainTimeout bounds the dispatch of queued work on shutdown.
 	DrainTimeout time.Duration
 }
@@ -86,6 +88,9 @@ func Run(ctx context.Context, cfg Config, d svc.Deps) error {
 	}
 	if cfg.FrontendTimeout <= 0 {
 		cfg.FrontendTimeout = 6 * time.Second
+	}
+	if cfg.MaxBatch <= 0 {
+		cfg.MaxBatch = 256
 	}
 	if cfg.DrainTimeout <= 0 {
 		cfg.DrainTimeout = 5 * time.Second
@@ -268,41 +273,64 @@ func (p *Pusher) catchUpLocked(conn string, c *connState) {
 }
 
 // dispatch takes connections off the queue (the queue enforces the
-// throttle) and sends each its push order.
+// throttle) and sends each its push order. Whatever else is ready at that
+// moment (up to MaxBatch) goes along, one PushOrderBatch per frontend.
 func (p *Pusher) dispatch(ctx context.Context) {
+	batches := make(map[string]*pb.PushOrderBatch)
 	for {
 		conn, req, err := p.q.Dequeue(ctx)
 		if err != nil {
 			return
 		}
-		now := p.now()
-		p.m.queueTime.Observe(now.Sub(req.enqueued).Seconds())
-		p.mu.Lock()
-		c, ok := p.conns[conn]
-		if !ok {
-			p.mu.Unlock()
-			p.q.MarkDone(conn)
-			continue
+		p.addOrder(batches, conn, req)
+		for range p.cfg.MaxBatch - 1 {
+			conn, req, ok := p.q.TryDequeue()
+			if !ok {
+				break
+			}
+			p.addOrder(batches, conn, req)
 		}
-		p.lastPushID++
-		id := p.lastPushID
-		p.inflight[id] = &inflight{conn: conn, req: req, deadline: now.Add(p.cfg.PushTimeout), retried: p.retry[conn]}
-		subject := p.names.OrdersSubject(c.info.GetFrontend())
-		p.mu.Unlock()
-
-		batch := &pb.PushOrderBatch{Orders: []*pb.PushOrder{req.order(conn, id)}, Pusher: p.cfg.ID}
-		b, err := proto.Marshal(batch)
-		if err == nil {
-			err = p.nc.PublishMsg(&nats.Msg{Subject: subject, Reply: p.names.DoneSubject(p.cfg.ID), Data: b})
+		for subject, batch := range batches {
+			b, err := proto.Marshal(batch)
+			if err == nil {
+				err = p.nc.PublishMsg(&nats.Msg{Subject: subject, Reply: p.names.DoneSubject(p.cfg.ID), Data: b})
+			}
+			if err != nil {
+				// The done timeout re-queues them.
+				p.log.Warn("send push orders", "subject", subject, "orders", len(batch.Orders), "err", err)
+			}
+			p.m.batchSize.Observe(float64(len(batch.Orders)))
+			delete(batches, subject)
 		}
-		if err != nil {
-			// The done timeout re-queues it.
-			p.log.Warn("send push order", "conn", conn, "err", err)
-		}
-		p.m.orders.WithLabelValues(req.pushType()).Inc()
 		p.m.inFlight.Set(float64(p.q.InFlight()))
 		p.m.queueLen.Set(float64(p.q.Len()))
 	}
+}
+
+// addOrder records one dequeued connection as in flight and adds its order
+// to its frontend's batch.
+func (p *Pusher) addOrder(batches map[string]*pb.PushOrderBatch, conn string, req *request) {
+	now := p.now()
+	p.m.queueTime.Observe(now.Sub(req.enqueued).Seconds())
+	p.mu.Lock()
+	c, ok := p.conns[conn]
+	if !ok {
+		p.mu.Unlock()
+		p.q.MarkDone(conn)
+		return
+	}
+	p.lastPushID++
+	id := p.lastPushID
+	p.inflight[id] = &inflight{conn: conn, req: req, deadline: now.Add(p.cfg.PushTimeout), retried: p.retry[conn]}
+	subject := p.names.OrdersSubject(c.info.GetFrontend())
+	p.mu.Unlock()
+	batch, ok := batches[subject]
+	if !ok {
+		batch = &pb.PushOrderBatch{Pusher: p.cfg.ID}
+		batches[subject] = batch
+	}
+	batch.Orders = append(batch.Orders, req.order(conn, id))
+	p.m.orders.WithLabelValues(req.pushType()).Inc()
 }
 
 // handleDone takes a frontend's PushDone report.

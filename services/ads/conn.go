@@ -10,11 +10,13 @@ import (
 	"sync"
 	"time"
 
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/pilotwire/pilotwire/pkg/model"
@@ -23,6 +25,8 @@ import (
 
 type sotwStream = grpc.BidiStreamingServer[discovery.DiscoveryRequest, discovery.DiscoveryResponse]
 
+type deltaStream = grpc.BidiStreamingServer[discovery.DeltaDiscoveryRequest, discovery.DeltaDiscoveryResponse]
+
 // orderRef is a push order waiting for a connection's loop, with the subject
 // its completion goes to.
 type orderRef struct {
@@ -30,12 +34,16 @@ type orderRef struct {
 	reply string
 }
 
-// conn is one state-of-the-world ADS stream.
+// conn is one xDS stream: state of the world or delta, aggregated (ADS) or
+// for one type (fixedType).
 type conn struct {
 	// set at construction
 	id        string
 	s         *Server
-	stream    sotwStream
+	ctx       context.Context
+	sotw      sotwStream  // nil on a delta stream
+	delta     deltaStream // nil on a state-of-the-world stream
+	fixedType string      // type of a per-type service; "" on ADS
 	peer      string
 	connected time.Time
 	log       *slog.Logger
@@ -52,16 +60,17 @@ type conn struct {
 	nonceSeq uint64
 }
 
-func (s *Server) newConn(stream sotwStream) *conn {
+func (s *Server) newConn(ctx context.Context, fixedType string) *conn {
 	c := &conn{
 		id:        s.nextConnID(),
 		s:         s,
-		stream:    stream,
+		ctx:       ctx,
+		fixedType: fixedType,
 		connected: time.Now(),
 		notify:    make(chan struct{}, 1),
 		watches:   make(map[string]*watch),
 	}
-	if p, ok := peer.FromContext(stream.Context()); ok {
+	if p, ok := peer.FromContext(ctx); ok {
 		c.peer = p.Addr.String()
 	}
 	c.log = s.log.With("conn", c.id, "peer", c.peer)
@@ -105,15 +114,21 @@ func (c *conn) close() []orderRef {
 // run is the connection's loop. One goroutine receives; this one owns all
 // state, answers requests and carries out push orders.
 func (c *conn) run() error {
-	ctx := c.stream.Context()
-	reqs := make(chan *discovery.DiscoveryRequest)
+	ctx := c.ctx
+	reqs := make(chan proto.Message)
 	recvErr := make(chan error, 1)
+	recv := func() (proto.Message, error) {
+		if c.delta != nil {
+			return c.delta.Recv()
+		}
+		return c.sotw.Recv()
+	}
 	// The receiver cannot be joined here: it is blocked in Recv until gRPC
 	// cancels the stream, which happens when this handler returns. It then
 	// ends on its own (recvErr is buffered).
 	go func() {
 		for {
-			req, err := c.stream.Recv()
+			req, err := recv()
 			if err != nil {
 				recvErr <- err
 				return
@@ -130,7 +145,13 @@ func (c *conn) run() error {
 	for {
 		select {
 		case req := <-reqs:
-			if err := c.handleRequest(req); err != nil {
+			var err error
+			if r, ok := req.(*discovery.DeltaDiscoveryRequest); ok {
+				err = c.handleDelta(r)
+			} else {
+				err = c.handleRequest(req.(*discovery.DiscoveryRequest))
+			}
+			if err != nil {
 				return err
 			}
 		case <-c.notify:
@@ -163,30 +184,63 @@ func (c *conn) finish() {
 
 // handleRequest applies one client request. Only a protocol violation ends
 // the stream; the error is a gRPC status.
-func (c *conn) handleRequest(req *discovery.DiscoveryRequest) error {
-	if c.proxy == nil {
-		p, err := parseNode(req.GetNode())
-		if err != nil {
-			c.s.metrics.badRequests.WithLabelValues("node").Inc()
-			c.log.Warn("rejecting stream", "err", err)
-			return status.Error(codes.InvalidArgument, err.Error())
-		}
-		c.proxy = p
-		c.log = c.log.With("node", p.ID)
-		c.log.Info("connection opened", "namespace", p.Namespace, "generator", p.Generator)
-		c.s.addConn(c)
+// open reads the node of the first request; later requests may omit it.
+func (c *conn) open(node *core.Node) error {
+	if c.proxy != nil {
+		return nil
 	}
-	t := req.GetTypeUrl()
+	p, err := parseNode(node)
+	if err != nil {
+		c.s.metrics.badRequests.WithLabelValues("node").Inc()
+		c.log.Warn("rejecting stream", "err", err)
+		return status.Error(codes.InvalidArgument, err.Error())
+	}
+	if err := c.s.authorize(c.ctx, p); err != nil {
+		c.s.metrics.badRequests.WithLabelValues("identity").Inc()
+		c.log.Warn("rejecting stream", "node", p.ID, "err", err)
+		return err
+	}
+	c.proxy = p
+	c.log = c.log.With("node", p.ID)
+	c.log.Info("connection opened", "namespace", p.Namespace, "generator", p.Generator, "delta", c.delta != nil)
+	c.s.addConn(c)
+	return nil
+}
+
+// requestType checks a request's type URL. It returns "" for a type this
+// frontend does not serve (answered by silence, as the protocol allows), or
+// an error that ends the stream.
+func (c *conn) requestType(t string) (string, error) {
+	if c.fixedType != "" {
+		if t == "" {
+			t = c.fixedType
+		}
+		if t != c.fixedType {
+			c.s.metrics.badRequests.WithLabelValues("type_url").Inc()
+			return "", status.Errorf(codes.InvalidArgument, "type %s on a %s stream", t, shortType(c.fixedType))
+		}
+	}
 	if t == "" {
 		c.s.metrics.badRequests.WithLabelValues("type_url").Inc()
-		return status.Error(codes.InvalidArgument, "request without type_url on an aggregated stream")
+		return "", status.Error(codes.InvalidArgument, "request without type_url on an aggregated stream")
 	}
 	if !supportedType(t) {
-		// Unknown types (secrets, runtime, ...) get no answer, as Envoy's
-		// protocol allows; the proxy keeps waiting for them.
+		// Unknown types (secrets, runtime, ...) get no answer; the proxy
+		// keeps waiting for them, as with Istio.
 		c.s.metrics.badRequests.WithLabelValues("unsupported_type").Inc()
 		c.log.Debug("ignoring request for unsupported type", "type", t)
-		return nil
+		return "", nil
+	}
+	return t, nil
+}
+
+func (c *conn) handleRequest(req *discovery.DiscoveryRequest) error {
+	if err := c.open(req.GetNode()); err != nil {
+		return err
+	}
+	t, err := c.requestType(req.GetTypeUrl())
+	if t == "" || err != nil {
+		return err
 	}
 	w, seen := c.watches[t]
 	if !seen {
@@ -251,7 +305,13 @@ func (c *conn) handleOrders(orders []orderRef) error {
 		if !ok {
 			continue
 		}
-		did, err := c.respond(mesh, w, false, pushID)
+		var did bool
+		var err error
+		if c.delta != nil {
+			did, err = c.respondDelta(mesh, w, false, pushID)
+		} else {
+			did, err = c.respond(mesh, w, false, pushID)
+		}
 		if err != nil {
 			sendErr = err
 			break
@@ -298,7 +358,7 @@ func (c *conn) respond(mesh *model.Mesh, w *watch, force bool, pushID uint64) (b
 		TypeUrl:     w.typeURL,
 		Nonce:       nonce,
 	}
-	if err := c.stream.Send(resp); err != nil {
+	if err := c.sotw.Send(resp); err != nil {
 		c.s.metrics.sendErrors.WithLabelValues(shortType(w.typeURL)).Inc()
 		return false, fmt.Errorf("send %s to %s: %w", shortType(w.typeURL), c.proxy.ID, err)
 	}
@@ -339,6 +399,7 @@ func (c *conn) info() *pb.ConnectionInfo {
 		SyncedSeq:   c.syncedSeq(),
 		ConnectedAt: timestamppb.New(c.connected),
 		Peer:        c.peer,
+		Delta:       c.delta != nil,
 	}
 	for _, t := range pushOrder {
 		w, ok := c.watches[t]

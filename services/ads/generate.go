@@ -24,11 +24,7 @@ func (s *Server) build(m *model.Mesh, p *proxy, w *watch) (*response, error) {
 	if !w.wildcard && len(w.names) == 0 {
 		return &response{version: emptyVersion}, nil
 	}
-	gen := xdsgen.Envoy
-	if p.Generator == GeneratorGRPC {
-		gen = xdsgen.GRPC
-	}
-	set, err := xdsgen.Generate(m, gen, w.typeURL)
+	set, err := xdsgen.Generate(m, generatorOf(p), w.typeURL)
 	if err != nil {
 		return nil, err
 	}
@@ -47,3 +43,12 @@ func (s *Server) build(m *model.Mesh, p *proxy, w *watch) (*response, error) {
 	}
 	return r, nil
 }
+
+func generatorOf(p *proxy) xdsgen.Generator {
+	if p.Generator == GeneratorGRPC {
+		return xdsgen.GRPC
+	}
+	return xdsgen.Envoy
+}
+
+func (c *conn) generator() xdsgen.Generator { return generatorOf(c.proxy) }

@@ -10,8 +10,9 @@ import (
 	"sync"
 	"time"
 
-	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"golang.org/x/time/rate"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -40,6 +41,13 @@ type Config struct {
 	// RecordDeliveries writes every response, ACK and NACK to the
 	// DELIVERIES stream.
 	RecordDeliveries bool
+	// TLSCert and TLSKey enable TLS on the listener; ClientCA adds mutual
+	// TLS with a SPIFFE identity check (TrustDomain, if set, must match).
+	TLSCert, TLSKey, ClientCA, TrustDomain string
+	// NewStreamRate and NewStreamBurst bound how fast new streams are
+	// admitted (0: no limit); the rest get ResourceExhausted.
+	NewStreamRate  float64
+	NewStreamBurst int
 	// OnListen, if set, is called with the bound ADS address (tests).
 	OnListen func(addr string)
 }
@@ -127,7 +135,25 @@ func Run(ctx context.Context, cfg Config, d svc.Deps) error {
 	if err != nil {
 		return fmt.Errorf("listen ads %s: %w", cfg.ADSAddr, err)
 	}
-	gs := grpc.NewServer(
+	var creds []grpc.ServerOption
+	if cfg.TLSCert != "" || cfg.TLSKey != "" {
+		tc, err := tlsConfig(cfg.TLSCert, cfg.TLSKey, cfg.ClientCA)
+		if err != nil {
+			lis.Close()
+			return err
+		}
+		creds = append(creds, grpc.Creds(credentials.NewTLS(tc)))
+		if cfg.ClientCA != "" {
+			s.identity = &identityCheck{trustDomain: cfg.TrustDomain}
+		}
+	} else if cfg.ClientCA != "" {
+		lis.Close()
+		return fmt.Errorf("--client-ca needs --tls-cert and --tls-key")
+	}
+	if cfg.NewStreamRate > 0 {
+		s.limiter = rate.NewLimiter(rate.Limit(cfg.NewStreamRate), max(cfg.NewStreamBurst, 1))
+	}
+	gs := grpc.NewServer(append(creds,
 		grpc.KeepaliveParams(keepalive.ServerParameters{
 			MaxConnectionAge:      cfg.MaxConnectionAge,
 			MaxConnectionAgeGrace: cfg.DrainDuration,
@@ -136,8 +162,8 @@ func Run(ctx context.Context, cfg Config, d svc.Deps) error {
 		}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 15 * time.Second, PermitWithoutStream: true}),
 		grpc.MaxRecvMsgSize(4<<20),
-	)
-	discovery.RegisterAggregatedDiscoveryServiceServer(gs, s)
+	)...)
+	s.register(gs)
 
 	var wg sync.WaitGroup
 	runCtx, cancelRun := context.WithCancel(context.Background())

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"golang.org/x/time/rate"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -28,6 +29,8 @@ type Server struct {
 	drainCh   chan struct{}
 	drainOnce sync.Once
 	connSeq   atomic.Uint64
+	limiter   *rate.Limiter  // nil: no admission limit
+	identity  *identityCheck // nil: no TLS identity check
 
 	// guarded by mu
 	mu    sync.RWMutex
@@ -38,15 +41,49 @@ var _ discovery.AggregatedDiscoveryServiceServer = (*Server)(nil)
 
 // StreamAggregatedResources serves one state-of-the-world ADS stream.
 func (s *Server) StreamAggregatedResources(stream sotwStream) error {
+	return s.serveSotW(stream, "")
+}
+
+// DeltaAggregatedResources serves one incremental (delta) ADS stream.
+func (s *Server) DeltaAggregatedResources(stream deltaStream) error {
+	return s.serveDelta(stream, "")
+}
+
+func (s *Server) serveSotW(stream sotwStream, fixedType string) error {
+	if err := s.admit(); err != nil {
+		return err
+	}
+	c := s.newConn(stream.Context(), fixedType)
+	c.sotw = stream
+	s.metrics.connections.Inc()
+	defer s.metrics.connections.Dec()
+	return c.run()
+}
+
+func (s *Server) serveDelta(stream deltaStream, fixedType string) error {
+	if err := s.admit(); err != nil {
+		return err
+	}
+	c := s.newConn(stream.Context(), fixedType)
+	c.delta = stream
+	s.metrics.connections.Inc()
+	defer s.metrics.connections.Dec()
+	return c.run()
+}
+
+// admit refuses new streams while draining or beyond the admission rate, so
+// a reconnect storm cannot starve the streams already served.
+func (s *Server) admit() error {
 	select {
 	case <-s.drainCh:
 		return status.Error(codes.Unavailable, "frontend draining: connect to another frontend")
 	default:
 	}
-	c := s.newConn(stream)
-	s.metrics.connections.Inc()
-	defer s.metrics.connections.Dec()
-	return c.run()
+	if s.limiter != nil && !s.limiter.Allow() {
+		s.metrics.admitRejects.Inc()
+		return status.Error(codes.ResourceExhausted, "too many new xDS streams on this frontend: retry with backoff")
+	}
+	return nil
 }
 
 func (s *Server) nextConnID() string {

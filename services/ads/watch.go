@@ -46,6 +46,10 @@ type watch struct {
 	sentVersion string
 	sentNames   []string
 	genSeq      uint64 // model sequence of the last generation, sent or not
+	// delta only: what the client has (name -> version; absent = told it
+	// does not exist) and its explicit subscriptions
+	known      map[string]string
+	subscribed map[string]bool
 	// client's answers
 	ackedVersion string
 	nackError    string

@@ -1,0 +1,29 @@
+// Package model materialises the mesh from the change stream.
+//
+// A [Store] applies change records (one Kubernetes object each, in
+// change-stream sequence order) from one writer and keeps every object of
+// every kind. Services (core/v1) and EndpointSlices (discovery.k8s.io/v1) are
+// decoded; other kinds are kept as raw JSON for later use.
+//
+// [Store.Snapshot] returns a [Mesh]: an immutable view of the services and
+// their ready endpoints at the applied sequence. A Mesh is shared by many
+// goroutines without locks, so nothing reachable from it may be modified.
+// Snapshots are rebuilt incrementally: a service untouched since the previous
+// snapshot keeps its *[Service] pointer, which lets generators memoise
+// per-service output with [Service.Memo] across snapshots. Output that does
+// not depend on endpoints can use [Service.ConfigMemo] and [Mesh.ConfigMemo],
+// which also survive endpoint changes.
+//
+// Semantics follow Kubernetes and Istio:
+//   - A service is identified by namespace and name across clusters
+//     (namespace sameness): the same Service in several clusters is one mesh
+//     service whose hostname is <name>.<namespace>.svc.cluster.local.
+//   - Its ports, clusterIP and headlessness come from the Service object of the
+//     first cluster id in sorted order. Other clusters only add endpoints.
+//   - EndpointSlices join a service through the kubernetes.io/service-name
+//     label in the same namespace, from any cluster. An endpoint port is the
+//     slice port with the same name and protocol as the Service port (a nil name
+//     is ""; a nil protocol is TCP), which is how kube-proxy matches them;
+//     targetPort is never used to find endpoint ports.
+//   - Only ready endpoints serve; a nil ready condition means ready.
+package model

@@ -1,0 +1,222 @@
+package model
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+)
+
+// Mesh is an immutable view of the mesh at one change-stream sequence.
+// Nothing reachable from a Mesh may be modified; it is shared without locks.
+type Mesh struct {
+	// Seq is the change-stream sequence the view reflects: every record with a
+	// sequence up to and including Seq has been applied.
+	Seq uint64
+	// Services, sorted by Hostname. Read-only.
+	Services []*Service
+
+	// content is shared by meshes with the same services (when only records of
+	// kinds the mesh ignores were applied in between), so memoised output
+	// survives a sequence bump that changed nothing.
+	content *meshContent
+}
+
+type meshContent struct {
+	byHost map[string]*Service
+	memo   memo
+	// config is shared further, by meshes whose services differ at most in
+	// their endpoints.
+	config *memo
+}
+
+// Service is one mesh service: the Services named namespace/name in every
+// cluster, merged. Immutable once published in a Mesh; share it by pointer.
+type Service struct {
+	Name      string
+	Namespace string
+	// Hostname is <name>.<namespace>.svc.cluster.local.
+	Hostname string
+	// ClusterIP is the virtual IP, "" for headless services and services
+	// without one (ExternalName).
+	ClusterIP string
+	// Headless is true when spec.clusterIP is "None".
+	Headless bool
+	// ExternalName is spec.externalName of ExternalName services.
+	ExternalName string
+	// Clusters lists, sorted, the cluster ids holding a Service object with
+	// this namespace and name; Ports, ClusterIP, Headless and ExternalName come
+	// from Clusters[0]. EndpointSlices naming a service that no cluster
+	// defines wait, outside the mesh, for the Service to appear.
+	Clusters []string
+	// Ports sorted by (Port, Protocol).
+	Ports []*Port
+
+	memo memo
+	// config is shared with the previous version of this service when only
+	// endpoints changed. Set before the service is published in a Mesh.
+	config *memo
+}
+
+// Port is one Service port and the ready endpoints behind it.
+type Port struct {
+	Name string
+	// Port is what clients dial (the Service's port).
+	Port     int32
+	Protocol corev1.Protocol
+	// AppProtocol is spec.ports[].appProtocol, "" when unset.
+	AppProtocol string
+	// TargetPort is a hint only: endpoint ports come from the EndpointSlices.
+	TargetPort intstr.IntOrString
+	// Endpoints that are ready, from every cluster, unique by (Address,
+	// Port), sorted by (Address, Port, ClusterID, Zone, NodeName). When
+	// several slices list one address and port, the first in that order is
+	// kept. Read-only.
+	Endpoints []Endpoint
+}
+
+// Endpoint is one ready network endpoint of a service port.
+type Endpoint struct {
+	// Address is the IP address in canonical form.
+	Address string
+	// Port is the endpoint's port: that of the slice port matching the
+	// Service port by name and protocol.
+	Port int32
+	// Zone is endpoints[].zone of the slice, "" when unset.
+	Zone string
+	// NodeName is endpoints[].nodeName of the slice, "" when unset.
+	NodeName string
+	// ClusterID is the cluster the EndpointSlice was observed in.
+	ClusterID string
+}
+
+// NewMesh builds a Mesh from services, which it sorts by hostname. Each
+// service needs a Hostname, unique within the mesh. The Store builds meshes
+// itself; NewMesh is for tests and tools that make meshes by hand. The
+// services must not be modified afterwards.
+func NewMesh(seq uint64, services []*Service) (*Mesh, error) {
+	svcs := slices.Clone(services)
+	slices.SortFunc(svcs, func(a, b *Service) int { return strings.Compare(a.Hostname, b.Hostname) })
+	byHost := make(map[string]*Service, len(svcs))
+	for _, s := range svcs {
+		if s.Hostname == "" {
+			return nil, fmt.Errorf("service %s/%s has no hostname", s.Namespace, s.Name)
+		}
+		if _, dup := byHost[s.Hostname]; dup {
+			return nil, fmt.Errorf("duplicate service hostname %q", s.Hostname)
+		}
+		byHost[s.Hostname] = s
+	}
+	for _, s := range svcs {
+		if s.config == nil {
+			s.config = new(memo)
+		}
+	}
+	return &Mesh{Seq: seq, Services: svcs, content: &meshContent{byHost: byHost, config: new(memo)}}, nil
+}
+
+// withSeq returns a mesh with the same content at a later sequence.
+func (m *Mesh) withSeq(seq uint64) *Mesh {
+	return &Mesh{Seq: seq, Services: m.Services, content: m.content}
+}
+
+// Service returns the service with the given hostname, or nil.
+func (m *Mesh) Service(hostname string) *Service {
+	return m.content.byHost[hostname]
+}
+
+// ServiceFor returns the service namespace/name, or nil.
+func (m *Mesh) ServiceFor(namespace, name string) *Service {
+	return m.Service(Hostname(namespace, name))
+}
+
+// ClusterPort resolves an xDS cluster name (outbound|<port>|<subset>|<host>,
+// also the name of its load assignment) to its service and port. Subsets are
+// not modelled yet, so a non-empty subset resolves to nothing.
+func (m *Mesh) ClusterPort(clusterName string) (*Service, *Port, bool) {
+	port, subset, host, ok := ParseOutboundClusterName(clusterName)
+	if !ok || subset != "" {
+		return nil, nil, false
+	}
+	svc := m.Service(host)
+	if svc == nil {
+		return nil, nil, false
+	}
+	p := svc.Port(port)
+	if p == nil {
+		return nil, nil, false
+	}
+	return svc, p, true
+}
+
+// Memo returns the value cached on this mesh's content under key, calling
+// build once per key. Meshes that differ only in Seq share the cache. build
+// must derive its value from the mesh content only, never from Seq. Keys
+// should be of a type private to the caller's package, like context keys.
+func (m *Mesh) Memo(key any, build func() any) any {
+	return m.content.memo.get(key, build)
+}
+
+// ConfigMemo is like [Mesh.Memo] for values that do not depend on endpoints:
+// meshes whose services differ only in Port.Endpoints share this cache, so
+// endpoint churn does not invalidate, say, routes. build must not read
+// endpoints.
+func (m *Mesh) ConfigMemo(key any, build func() any) any {
+	return m.content.config.get(key, build)
+}
+
+// Port returns the TCP port numbered port, or the first port with that
+// number when none is TCP, or nil.
+func (s *Service) Port(port int32) *Port {
+	var found *Port
+	for _, p := range s.Ports {
+		if p.Port != port {
+			continue
+		}
+		if p.Protocol == corev1.ProtocolTCP {
+			return p
+		}
+		if found == nil {
+			found = p
+		}
+	}
+	return found
+}
+
+// Memo returns the value cached on this service under key, calling build once
+// per key. A service that did not change between two snapshots is the same
+// *Service in both, so its memoised values carry over. build must derive its
+// value from the service only. Keys should be of a type private to the
+// caller's package.
+func (s *Service) Memo(key any, build func() any) any {
+	return s.memo.get(key, build)
+}
+
+// ConfigMemo is like [Service.Memo] for values that do not depend on
+// endpoints: a service whose next version differs only in Port.Endpoints
+// shares this cache with it. build must not read endpoints.
+func (s *Service) ConfigMemo(key any, build func() any) any {
+	return s.config.get(key, build)
+}
+
+// sameContent reports whether two services carry the same data.
+func (s *Service) sameContent(o *Service) bool {
+	return s.sameConfig(o) && slices.EqualFunc(s.Ports, o.Ports, func(a, b *Port) bool {
+		return slices.Equal(a.Endpoints, b.Endpoints)
+	})
+}
+
+// sameConfig reports whether two services are equal but for endpoints.
+func (s *Service) sameConfig(o *Service) bool {
+	if s.Name != o.Name || s.Namespace != o.Namespace || s.Hostname != o.Hostname ||
+		s.ClusterIP != o.ClusterIP || s.Headless != o.Headless || s.ExternalName != o.ExternalName ||
+		!slices.Equal(s.Clusters, o.Clusters) {
+		return false
+	}
+	return slices.EqualFunc(s.Ports, o.Ports, func(a, b *Port) bool {
+		return a.Name == b.Name && a.Port == b.Port && a.Protocol == b.Protocol &&
+			a.AppProtocol == b.AppProtocol && a.TargetPort == b.TargetPort
+	})
+}

@@ -1,0 +1,141 @@
+package model
+
+import (
+	"cmp"
+	"maps"
+	"net/netip"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+)
+
+// buildService projects the Service objects (by cluster id) and the
+// EndpointSlices joining them onto one mesh service. It returns nil when no
+// cluster holds a Service object.
+func buildService(sk serviceKey, defs map[string]*corev1.Service, sls map[sliceID]*discoveryv1.EndpointSlice) *Service {
+	if len(defs) == 0 {
+		return nil
+	}
+	clusters := slices.Sorted(maps.Keys(defs))
+	spec := &defs[clusters[0]].Spec // first cluster id wins
+	svc := &Service{
+		Name:      sk.Name,
+		Namespace: sk.Namespace,
+		Hostname:  Hostname(sk.Namespace, sk.Name),
+		Clusters:  clusters,
+	}
+	switch {
+	case spec.Type == corev1.ServiceTypeExternalName:
+		svc.ExternalName = spec.ExternalName
+	case spec.ClusterIP == corev1.ClusterIPNone:
+		svc.Headless = true
+	default:
+		svc.ClusterIP = canonicalIP(spec.ClusterIP)
+	}
+
+	// The slice endpoints usable at all, in a stable order so that the
+	// per-port lists below need only a cheap sort.
+	ids := slices.SortedFunc(maps.Keys(sls), func(a, b sliceID) int {
+		return cmp.Or(strings.Compare(a.Cluster, b.Cluster), strings.Compare(a.Name, b.Name))
+	})
+	for _, sp := range spec.Ports {
+		if sp.Port < 1 || sp.Port > 65535 {
+			continue
+		}
+		p := &Port{
+			Name:        sp.Name,
+			Port:        sp.Port,
+			Protocol:    cmp.Or(sp.Protocol, corev1.ProtocolTCP),
+			AppProtocol: deref(sp.AppProtocol),
+			TargetPort:  sp.TargetPort,
+		}
+		if slices.ContainsFunc(svc.Ports, func(o *Port) bool { return o.Port == p.Port && o.Protocol == p.Protocol }) {
+			continue // invalid duplicate; the API server rejects these
+		}
+		p.Endpoints = portEndpoints(p, ids, sls)
+		svc.Ports = append(svc.Ports, p)
+	}
+	slices.SortFunc(svc.Ports, func(a, b *Port) int {
+		return cmp.Or(cmp.Compare(a.Port, b.Port), strings.Compare(string(a.Protocol), string(b.Protocol)))
+	})
+	return svc
+}
+
+// portEndpoints returns the ready endpoints of one service port: from each
+// slice, the port with the same name and protocol.
+func portEndpoints(p *Port, ids []sliceID, sls map[sliceID]*discoveryv1.EndpointSlice) []Endpoint {
+	var eps []Endpoint
+	for _, id := range ids {
+		sl := sls[id]
+		if sl.AddressType != discoveryv1.AddressTypeIPv4 && sl.AddressType != discoveryv1.AddressTypeIPv6 {
+			continue // FQDN slices are deprecated and not routable by IP
+		}
+		i := slices.IndexFunc(sl.Ports, func(sp discoveryv1.EndpointPort) bool {
+			return deref(sp.Name) == p.Name && cmp.Or(deref(sp.Protocol), corev1.ProtocolTCP) == p.Protocol
+		})
+		if i < 0 {
+			continue
+		}
+		port := sl.Ports[i].Port
+		if port == nil || *port < 1 || *port > 65535 {
+			continue // a nil port means "all ports": nothing to dial
+		}
+		for _, ep := range sl.Endpoints {
+			if r := ep.Conditions.Ready; r != nil && !*r {
+				continue
+			}
+			if len(ep.Addresses) == 0 {
+				continue
+			}
+			// The addresses of one endpoint are fungible; use the first.
+			addr := canonicalIP(ep.Addresses[0])
+			if addr == "" {
+				continue
+			}
+			eps = append(eps, Endpoint{
+				Address:   addr,
+				Port:      *port,
+				Zone:      deref(ep.Zone),
+				NodeName:  deref(ep.NodeName),
+				ClusterID: id.Cluster,
+			})
+		}
+	}
+	slices.SortFunc(eps, compareEndpoints)
+	// Several slices may list the same endpoint (the API allows it during
+	// updates); keep the first in order.
+	return slices.CompactFunc(eps, func(a, b Endpoint) bool { return a.Address == b.Address && a.Port == b.Port })
+}
+
+func compareEndpoints(a, b Endpoint) int {
+	return cmp.Or(
+		strings.Compare(a.Address, b.Address),
+		cmp.Compare(a.Port, b.Port),
+		strings.Compare(a.ClusterID, b.ClusterID),
+		strings.Compare(a.Zone, b.Zone),
+		strings.Compare(a.NodeName, b.NodeName),
+	)
+}
+
+// canonicalIP returns s in canonical form, or "" when s is not an IP address
+// usable as a destination (scoped IPv6 addresses are not).
+func canonicalIP(s string) string {
+	a, err := netip.ParseAddr(s)
+	if err != nil || a.Zone() != "" {
+		return ""
+	}
+	if c := a.String(); c != s {
+		return c
+	}
+	return s
+}
+
+func deref[T any](p *T) T {
+	if p == nil {
+		var zero T
+		return zero
+	}
+	return *p
+}

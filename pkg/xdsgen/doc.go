@@ -1,0 +1,24 @@
+// Package xdsgen turns a [model.Mesh] into Envoy xDS resources.
+//
+// Generation is a pure function of the mesh: [Generate] takes a mesh, a
+// [Generator] (Istio-style Envoy sidecar, or proxyless gRPC) and a resource
+// type URL, and returns a [Set] of resources, each marshalled once into an
+// Any and versioned by a hash of its deterministic encoding. Two replicas
+// generating from equal meshes therefore send identical bytes and versions.
+//
+// Output is memoised on the immutable model objects, at two levels:
+//   - per service ([model.Service.Memo], [model.Service.ConfigMemo]): a
+//     service's clusters, load assignments and gRPC listeners/routes are
+//     marshalled once and reused by every later mesh in which that service did
+//     not change; clusters, listeners and routes (which never read endpoints)
+//     even survive endpoint changes;
+//   - per mesh ([model.Mesh.Memo], [model.Mesh.ConfigMemo]): asking twice for
+//     the same (generator, type) returns the same *Set.
+//
+// [Marshals] counts resource marshals so tests can prove the sharing.
+//
+// Naming follows Istio: clusters and load assignments
+// outbound|<port>||<host>; sidecar listeners 0.0.0.0_<port> (HTTP, routed by
+// the route configuration named <port>) and <clusterIP>_<port> (TCP);
+// proxyless gRPC listeners and route configurations <host>:<port>.
+package xdsgen

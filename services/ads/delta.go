@@ -1,0 +1,204 @@
+package ads
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+
+	"github.com/pilotwire/pilotwire/pkg/model"
+	"github.com/pilotwire/pilotwire/pkg/xdsgen"
+	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
+)
+
+// absent marks, in a delta watch's known versions, a name the client was
+// told does not exist.
+const absent = ""
+
+// handleDelta applies one incremental xDS request. Subscription changes
+// apply whatever the nonce; ACK and NACK only for the last nonce sent.
+func (c *conn) handleDelta(req *discovery.DeltaDiscoveryRequest) error {
+	if err := c.open(req.GetNode()); err != nil {
+		return err
+	}
+	t, err := c.requestType(req.GetTypeUrl())
+	if t == "" || err != nil {
+		return err
+	}
+	w, seen := c.watches[t]
+	if !seen {
+		w = &watch{typeURL: t, known: make(map[string]string), subscribed: make(map[string]bool)}
+		c.watches[t] = w
+		// A reconnecting client says what it has: only differences are sent.
+		for name, v := range req.GetInitialResourceVersions() {
+			w.known[name] = v
+		}
+	}
+	if nonce := req.GetResponseNonce(); nonce != "" {
+		switch {
+		case nonce != w.nonce:
+			c.s.metrics.expiredNonce.WithLabelValues(shortType(t)).Inc()
+		case req.GetErrorDetail() != nil:
+			w.nackError = req.GetErrorDetail().GetMessage()
+			c.s.metrics.rejects.WithLabelValues(shortType(t)).Inc()
+			c.log.Warn("config rejected", "type", shortType(t), "version", w.sentVersion, "nonce", nonce, "err", w.nackError)
+			c.s.record(c, pb.DeliveryRecord_NACK, t, w.sentVersion, nonce, nil, 0, w.nackError)
+			c.s.updateConn(c)
+		default:
+			if w.ackedVersion != w.sentVersion {
+				w.ackedVersion = w.sentVersion
+				w.nackError = ""
+				c.s.record(c, pb.DeliveryRecord_ACK, t, w.ackedVersion, nonce, nil, 0, "")
+				c.s.updateConn(c)
+			}
+		}
+	}
+	changed := w.applyDelta(req.GetResourceNamesSubscribe(), req.GetResourceNamesUnsubscribe(), !seen)
+	if !changed && seen {
+		return nil
+	}
+	mesh := c.s.store.Snapshot()
+	if _, err := c.respondDelta(mesh, w, true, 0); err != nil {
+		return err
+	}
+	c.s.updateConn(c)
+	return nil
+}
+
+// applyDelta applies subscribe and unsubscribe lists and reports whether
+// the subscription changed.
+func (w *watch) applyDelta(sub, unsub []string, first bool) bool {
+	changed := false
+	if first && len(sub) == 0 && wildcardDefault(w.typeURL) {
+		w.wildcard, changed = true, true
+	}
+	for _, n := range sub {
+		if n == "*" {
+			changed = changed || !w.wildcard
+			w.wildcard = true
+			continue
+		}
+		if !w.subscribed[n] {
+			w.subscribed[n] = true
+			changed = true
+		}
+	}
+	for _, n := range unsub {
+		if n == "*" {
+			changed = changed || w.wildcard
+			w.wildcard = false
+			continue
+		}
+		if w.subscribed[n] {
+			delete(w.subscribed, n)
+			changed = true
+		}
+		// The client forgets what it unsubscribed from.
+		delete(w.known, n)
+	}
+	if changed {
+		w.names = w.names[:0]
+		for n := range w.subscribed {
+			w.names = append(w.names, n)
+		}
+		slices.Sort(w.names)
+	}
+	return changed
+}
+
+// respondDelta sends the resources whose version differs from what the
+// client has, and the removal of those it has that are gone. force sends a
+// response even when nothing differs (an answer to a subscription change).
+func (c *conn) respondDelta(mesh *model.Mesh, w *watch, force bool, pushID uint64) (bool, error) {
+	set, err := xdsgen.Generate(mesh, c.generator(), w.typeURL)
+	if err != nil {
+		c.log.Error("generate", "type", shortType(w.typeURL), "seq", mesh.Seq, "err", err)
+		return false, nil
+	}
+	w.genSeq = mesh.Seq
+	var want []*xdsgen.Resource
+	if w.wildcard {
+		want = set.Resources
+		for _, n := range w.names {
+			if set.Get(n) == nil {
+				want = append(want, &xdsgen.Resource{Name: n}) // subscribed, missing
+			}
+		}
+	} else {
+		for _, n := range w.names {
+			if r := set.Get(n); r != nil {
+				want = append(want, r)
+			} else {
+				want = append(want, &xdsgen.Resource{Name: n})
+			}
+		}
+	}
+	var (
+		send    []*discovery.Resource
+		removed []string
+		bytes   int
+		present []*xdsgen.Resource
+	)
+	inWant := make(map[string]bool, len(want))
+	for _, r := range want {
+		inWant[r.Name] = true
+		if r.Any == nil {
+			// Subscribed but does not exist: say so once.
+			if v, ok := w.known[r.Name]; !ok || v != absent {
+				removed = append(removed, r.Name)
+			}
+			continue
+		}
+		present = append(present, r)
+		if w.known[r.Name] == r.Version {
+			continue
+		}
+		send = append(send, &discovery.Resource{Name: r.Name, Version: r.Version, Resource: r.Any})
+		bytes += len(r.Any.GetValue())
+	}
+	for n := range w.known {
+		if !inWant[n] {
+			removed = append(removed, n) // the client has it; it is gone
+		}
+	}
+	slices.Sort(removed)
+	version := xdsgen.VersionOf(present)
+	if len(send) == 0 && len(removed) == 0 && !force {
+		w.sentVersion = version
+		return false, nil
+	}
+	c.nonceSeq++
+	nonce := c.id + "-" + strconv.FormatUint(c.nonceSeq, 36)
+	resp := &discovery.DeltaDiscoveryResponse{
+		SystemVersionInfo: version,
+		Resources:         send,
+		RemovedResources:  removed,
+		TypeUrl:           w.typeURL,
+		Nonce:             nonce,
+	}
+	if err := c.delta.Send(resp); err != nil {
+		c.s.metrics.sendErrors.WithLabelValues(shortType(w.typeURL)).Inc()
+		return false, fmt.Errorf("send delta %s to %s: %w", shortType(w.typeURL), c.proxy.ID, err)
+	}
+	// Track what the client now has, as sent (a NACK keeps it: the same
+	// versions are not sent again).
+	names := make([]string, 0, len(send))
+	for _, r := range send {
+		w.known[r.GetName()] = r.GetVersion()
+		names = append(names, r.GetName())
+	}
+	for _, n := range removed {
+		if w.subscribed[n] {
+			w.known[n] = absent
+		} else {
+			delete(w.known, n)
+		}
+	}
+	w.nonce = nonce
+	w.sentVersion = version
+	c.s.metrics.pushes.WithLabelValues(shortType(w.typeURL)).Inc()
+	c.s.metrics.responseBytes.WithLabelValues(shortType(w.typeURL)).Add(float64(bytes))
+	c.s.record(c, pb.DeliveryRecord_RESPONSE, w.typeURL, version, nonce, names, pushID, "")
+	return len(send) > 0 || len(removed) > 0, nil
+}

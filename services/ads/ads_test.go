@@ -15,6 +15,7 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	resource "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/google/go-cmp/cmp"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
@@ -39,7 +40,10 @@ const testTimeout = 30 * time.Second
 // frontend is one ADS frontend on embedded JetStream, fed by change records
 // the test publishes itself.
 type frontend struct {
+	url   string
+	id    string
 	addr  string
+	nc    *nats.Conn
 	js    jetstream.JetStream
 	names bus.Names
 	reg   *prometheus.Registry
@@ -50,9 +54,9 @@ type frontend struct {
 func startFrontend(t *testing.T, pre func(*frontend)) *frontend {
 	t.Helper()
 	url := natstest.Start(t)
-	nc, js := natstest.Connect(t, url)
+	_, js := natstest.Connect(t, url)
 	names, _ := bus.NewNames("pw")
-	f := &frontend{js: js, names: names, reg: prometheus.NewRegistry()}
+	f := &frontend{js: js, names: names}
 	sctx, scancel := context.WithTimeout(context.Background(), testTimeout)
 	defer scancel()
 	if _, err := bus.EnsureStream(sctx, js, names.ChangesConfig(bus.StreamOptions{})); err != nil {
@@ -61,17 +65,32 @@ func startFrontend(t *testing.T, pre func(*frontend)) *frontend {
 	if pre != nil {
 		pre(f)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	return runFrontend(t, url, "fe-1", nil)
+}
+
+// runFrontend runs one more frontend on the NATS server at url.
+func runFrontend(t *testing.T, url, id string, tune func(*Config)) *frontend {
+	t.Helper()
+	nc, js := natstest.Connect(t, url)
+	names, _ := bus.NewNames("pw")
+	f := &frontend{url: url, id: id, nc: nc, js: js, names: names, reg: prometheus.NewRegistry()}
+	cfg := Config{
+		Common:           svc.Common{NATSURL: url, Prefix: "pw"},
+		ADSAddr:          "127.0.0.1:0",
+		FrontendID:       id,
+		MaxConnectionAge: time.Hour,
+		OnListen:         func(a string) { f.addr = a },
+	}
+	if tune != nil {
+		tune(&cfg)
+	}
 	addr := make(chan string, 1)
+	onListen := cfg.OnListen
+	cfg.OnListen = func(a string) { onListen(a); addr <- a }
+	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
 	go func() {
-		errc <- Run(ctx, Config{
-			Common:           svc.Common{NATSURL: url, Prefix: "pw"},
-			ADSAddr:          "127.0.0.1:0",
-			FrontendID:       "fe-1",
-			MaxConnectionAge: time.Hour,
-			OnListen:         func(a string) { addr <- a },
-		}, svc.Deps{NC: nc, JS: js, Log: slog.New(slog.DiscardHandler), Reg: f.reg, Health: &svc.Health{}})
+		errc <- Run(ctx, cfg, svc.Deps{NC: nc, JS: js, Log: slog.New(slog.DiscardHandler), Reg: f.reg, Health: &svc.Health{}})
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -80,7 +99,7 @@ func startFrontend(t *testing.T, pre func(*frontend)) *frontend {
 		}
 	})
 	select {
-	case f.addr = <-addr:
+	case <-addr:
 	case err := <-errc:
 		t.Fatalf("Run() = %v", err)
 	}
@@ -276,12 +295,18 @@ func TestProtocol(t *testing.T) {
 // waitApplied polls the frontend's applied-sequence gauge until it reaches seq.
 func (f *frontend) waitApplied(t *testing.T, seq uint64) {
 	t.Helper()
+	waitFor(t, fmt.Sprintf("model applied seq %d", seq), func() bool { return f.gauge("pilotwire_ads_applied_seq") >= float64(seq) })
+}
+
+// waitFor polls cond with a deadline.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
 	deadline := time.Now().Add(testTimeout)
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
-	for f.gauge("pilotwire_ads_applied_seq") < float64(seq) {
+	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("model never applied seq %d", seq)
+			t.Fatalf("timed out waiting for %s", what)
 		}
 		<-tick.C
 	}

@@ -40,6 +40,7 @@ const testTimeout = 30 * time.Second
 // frontend is one ADS frontend on embedded JetStream, fed by change records
 // the test publishes itself.
 type frontend struct {
+	http  string // base URL of /debug, /metrics
 	url   string
 	id    string
 	addr  string
@@ -88,14 +89,23 @@ func runFrontend(t *testing.T, url, id string, tune func(*Config)) *frontend {
 	onListen := cfg.OnListen
 	cfg.OnListen = func(a string) { onListen(a); addr <- a }
 	ctx, cancel := context.WithCancel(context.Background())
-	errc := make(chan error, 1)
+	health := &svc.Health{}
+	hs := svc.NewHTTPServer("127.0.0.1:0", f.reg, health, slog.New(slog.DiscardHandler))
+	if err := hs.Listen(); err != nil {
+		t.Fatal(err)
+	}
+	f.http = "http://" + hs.Addr()
+	errc := make(chan error, 2)
+	go func() { errc <- hs.Serve(ctx) }()
 	go func() {
-		errc <- Run(ctx, cfg, svc.Deps{NC: nc, JS: js, Log: slog.New(slog.DiscardHandler), Reg: f.reg, Health: &svc.Health{}})
+		errc <- Run(ctx, cfg, svc.Deps{NC: nc, JS: js, Log: slog.New(slog.DiscardHandler), Reg: f.reg, Health: health, HTTP: hs})
 	}()
 	t.Cleanup(func() {
 		cancel()
-		if err := <-errc; err != nil {
-			t.Errorf("Run() = %v", err)
+		for range 2 {
+			if err := <-errc; err != nil {
+				t.Errorf("Run() = %v", err)
+			}
 		}
 	})
 	select {

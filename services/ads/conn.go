@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -48,6 +49,9 @@ type conn struct {
 	connected time.Time
 	log       *slog.Logger
 	notify    chan struct{} // cap 1: orders are waiting
+
+	// the latest registry view of the connection, for debug endpoints
+	published atomic.Pointer[pb.ConnectionInfo]
 
 	// guarded by mu: orders handed over by the dispatcher
 	mu     sync.Mutex

@@ -101,6 +101,9 @@ func Run(ctx context.Context, cfg Config, d svc.Deps) error {
 		drainCh: make(chan struct{}),
 		conns:   make(map[string]*conn),
 	}
+	if d.HTTP != nil {
+		s.registerDebug(d.HTTP.Handle)
+	}
 	if cfg.RecordDeliveries {
 		s.recorder = &recorder{js: d.JS, names: names, log: log, metrics: m, maxPending: 4096}
 	}

@@ -91,10 +91,12 @@ func (s *Server) nextConnID() string {
 }
 
 func (s *Server) addConn(c *conn) {
+	ci := c.info()
+	c.published.Store(ci)
 	s.mu.Lock()
 	s.conns[c.id] = c
 	s.mu.Unlock()
-	s.registry.put(c.info())
+	s.registry.put(ci)
 }
 
 func (s *Server) removeConn(c *conn) {
@@ -105,7 +107,11 @@ func (s *Server) removeConn(c *conn) {
 }
 
 // updateConn republishes a connection's registry entry; called by its loop.
-func (s *Server) updateConn(c *conn) { s.registry.put(c.info()) }
+func (s *Server) updateConn(c *conn) {
+	ci := c.info()
+	c.published.Store(ci)
+	s.registry.put(ci)
+}
 
 func (s *Server) lookupConn(id string) *conn {
 	s.mu.RLock()

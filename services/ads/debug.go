@@ -1,0 +1,187 @@
+package ads
+
+import (
+	"encoding/json"
+	"net"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+
+	resource "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
+)
+
+// Debug endpoints in the shapes istioctl users know. They read the
+// registry view each connection publishes of itself (never the loop's own
+// state) and the current model.
+
+// registerDebug adds the debug handlers to mux.
+func (s *Server) registerDebug(handle func(string, http.Handler)) {
+	handle("/debug/syncz", http.HandlerFunc(s.syncz))
+	handle("/debug/adsz", http.HandlerFunc(s.adsz))
+	handle("/debug/configz", http.HandlerFunc(s.configz))
+	handle("/debug/config_dump", http.HandlerFunc(s.configDump))
+}
+
+// connInfos returns the latest published info of every connection, sorted
+// by node id.
+func (s *Server) connInfos() []*pb.ConnectionInfo {
+	s.mu.RLock()
+	out := make([]*pb.ConnectionInfo, 0, len(s.conns))
+	for _, c := range s.conns {
+		if ci := c.published.Load(); ci != nil {
+			out = append(out, ci)
+		}
+	}
+	s.mu.RUnlock()
+	slices.SortFunc(out, func(a, b *pb.ConnectionInfo) int {
+		return strings.Compare(a.GetNodeId()+a.GetConnId(), b.GetNodeId()+b.GetConnId())
+	})
+	return out
+}
+
+// syncStatus is one row of /debug/syncz, as Istio's SyncStatus.
+type syncStatus struct {
+	ClusterID     string            `json:"cluster_id"`
+	ProxyID       string            `json:"proxy"`
+	ConnectionID  string            `json:"connection_id"`
+	ProxyType     string            `json:"proxy_type"`
+	Frontend      string            `json:"frontend"`
+	SyncedSeq     uint64            `json:"synced_seq"`
+	ClusterSent   string            `json:"cluster_sent,omitempty"`
+	ClusterAcked  string            `json:"cluster_acked,omitempty"`
+	ListenerSent  string            `json:"listener_sent,omitempty"`
+	ListenerAcked string            `json:"listener_acked,omitempty"`
+	RouteSent     string            `json:"route_sent,omitempty"`
+	RouteAcked    string            `json:"route_acked,omitempty"`
+	EndpointSent  string            `json:"endpoint_sent,omitempty"`
+	EndpointAcked string            `json:"endpoint_acked,omitempty"`
+	Errors        map[string]string `json:"nacks,omitempty"`
+}
+
+func (s *Server) syncz(w http.ResponseWriter, _ *http.Request) {
+	var rows []syncStatus
+	for _, ci := range s.connInfos() {
+		r := syncStatus{ClusterID: ci.GetClusterId(), ProxyID: ci.GetNodeId(), ConnectionID: ci.GetConnId(),
+			ProxyType: ci.GetProxyType(), Frontend: ci.GetFrontend(), SyncedSeq: ci.GetSyncedSeq()}
+		for _, wt := range ci.GetWatches() {
+			sent, acked := wt.GetSentVersion(), wt.GetAckedVersion()
+			switch wt.GetTypeUrl() {
+			case resource.ClusterType:
+				r.ClusterSent, r.ClusterAcked = sent, acked
+			case resource.ListenerType:
+				r.ListenerSent, r.ListenerAcked = sent, acked
+			case resource.RouteType:
+				r.RouteSent, r.RouteAcked = sent, acked
+			case resource.EndpointType:
+				r.EndpointSent, r.EndpointAcked = sent, acked
+			}
+			if e := wt.GetNackError(); e != "" {
+				if r.Errors == nil {
+					r.Errors = map[string]string{}
+				}
+				r.Errors[shortType(wt.GetTypeUrl())] = e
+			}
+		}
+		rows = append(rows, r)
+	}
+	writeJSON(w, rows)
+}
+
+func (s *Server) adsz(w http.ResponseWriter, _ *http.Request) {
+	out := struct {
+		Frontend    string            `json:"frontend"`
+		AppliedSeq  uint64            `json:"applied_seq"`
+		Connections []json.RawMessage `json:"connections"`
+	}{Frontend: s.id, AppliedSeq: s.store.AppliedSeq()}
+	for _, ci := range s.connInfos() {
+		b, err := protojson.Marshal(ci)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		out.Connections = append(out.Connections, b)
+	}
+	writeJSON(w, out)
+}
+
+// configz lists the mesh services the frontend's model holds.
+func (s *Server) configz(w http.ResponseWriter, _ *http.Request) {
+	m := s.store.Snapshot()
+	type port struct {
+		Name      string   `json:"name"`
+		Port      int32    `json:"port"`
+		Endpoints []string `json:"endpoints"`
+	}
+	type svc struct {
+		Hostname  string   `json:"hostname"`
+		ClusterIP string   `json:"cluster_ip,omitempty"`
+		Clusters  []string `json:"clusters"`
+		Ports     []port   `json:"ports"`
+	}
+	out := struct {
+		Seq      uint64 `json:"seq"`
+		Objects  int    `json:"objects"`
+		Services []svc  `json:"services"`
+	}{Seq: m.Seq, Objects: s.store.Len()}
+	for _, sv := range m.Services {
+		x := svc{Hostname: sv.Hostname, ClusterIP: sv.ClusterIP, Clusters: sv.Clusters}
+		for _, p := range sv.Ports {
+			pp := port{Name: p.Name, Port: p.Port}
+			for _, e := range p.Endpoints {
+				pp.Endpoints = append(pp.Endpoints, net.JoinHostPort(e.Address, strconv.Itoa(int(e.Port)))+"@"+e.ClusterID)
+			}
+			x.Ports = append(x.Ports, pp)
+		}
+		out.Services = append(out.Services, x)
+	}
+	writeJSON(w, out)
+}
+
+// configDump shows what a connected proxy's watches would be sent now:
+// /debug/config_dump?proxyID=<node id>.
+func (s *Server) configDump(w http.ResponseWriter, r *http.Request) {
+	id := r.URL.Query().Get("proxyID")
+	var ci *pb.ConnectionInfo
+	for _, x := range s.connInfos() {
+		if x.GetNodeId() == id || x.GetConnId() == id {
+			ci = x
+			break
+		}
+	}
+	if ci == nil {
+		http.Error(w, "no connection for proxyID "+id+" on this frontend (see /debug/syncz)", http.StatusNotFound)
+		return
+	}
+	p := &proxy{ID: ci.GetNodeId(), Namespace: ci.GetNamespace(), ClusterID: ci.GetClusterId(), Type: ci.GetProxyType(), Generator: ci.GetGenerator()}
+	m := s.store.Snapshot()
+	out := map[string]any{"seq": m.Seq, "proxy": ci.GetNodeId()}
+	for _, wt := range ci.GetWatches() {
+		resp, err := s.build(m, p, &watch{typeURL: wt.GetTypeUrl(), wildcard: wt.GetWildcard(), names: wt.GetNames()})
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		var rs []json.RawMessage
+		for _, a := range resp.resources {
+			b, err := protojson.Marshal(a)
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusInternalServerError)
+				return
+			}
+			rs = append(rs, b)
+		}
+		out[shortType(wt.GetTypeUrl())] = map[string]any{"version": resp.version, "resources": rs}
+	}
+	writeJSON(w, out)
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}

@@ -1,0 +1,87 @@
+package ads
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"testing"
+
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	resource "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+
+	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
+)
+
+func getJSON(t *testing.T, url string, v any) int {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode == http.StatusOK {
+		if err := json.Unmarshal(b, v); err != nil {
+			t.Fatalf("%s: %v: %s", url, err, b)
+		}
+	}
+	return resp.StatusCode
+}
+
+// TestDebugEndpoints: syncz shows sent and acked versions per proxy,
+// config_dump what the proxy would get, configz the model.
+func TestDebugEndpoints(t *testing.T) {
+	f := startFrontend(t, func(f *frontend) {
+		f.publish(t, pb.Op_OP_ADD, "", "Service", service("default", "a", 80))
+		f.publish(t, pb.Op_OP_ADD, "discovery.k8s.io", "EndpointSlice", slice("default", "a", 8080, "10.1.0.1"))
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	c := dial(ctx, t, f.addr, sidecar())
+	c.send(&discovery.DiscoveryRequest{TypeUrl: resource.ClusterType})
+	cds := c.recv()
+	c.send(&discovery.DiscoveryRequest{TypeUrl: resource.ClusterType, VersionInfo: cds.VersionInfo, ResponseNonce: cds.Nonce})
+
+	var rows []syncStatus
+	waitFor(t, "syncz shows the ACK", func() bool {
+		rows = nil
+		getJSON(t, f.http+"/debug/syncz", &rows)
+		return len(rows) == 1 && rows[0].ClusterAcked == cds.VersionInfo
+	})
+	if rows[0].ProxyID != sidecar().Id || rows[0].ClusterSent != cds.VersionInfo || rows[0].ProxyType != "sidecar" {
+		t.Errorf("syncz row = %+v", rows[0])
+	}
+
+	var dump map[string]json.RawMessage
+	if code := getJSON(t, f.http+"/debug/config_dump?proxyID="+sidecar().Id, &dump); code != http.StatusOK {
+		t.Fatalf("config_dump status %d", code)
+	}
+	var cdsDump struct {
+		Version   string            `json:"version"`
+		Resources []json.RawMessage `json:"resources"`
+	}
+	if err := json.Unmarshal(dump["cds"], &cdsDump); err != nil {
+		t.Fatal(err)
+	}
+	if cdsDump.Version != cds.VersionInfo || len(cdsDump.Resources) != 1 {
+		t.Errorf("config_dump cds = version %s with %d resources, want %s with 1", cdsDump.Version, len(cdsDump.Resources), cds.VersionInfo)
+	}
+	if code := getJSON(t, f.http+"/debug/config_dump?proxyID=nobody", &dump); code != http.StatusNotFound {
+		t.Errorf("config_dump for an unknown proxy: status %d, want 404", code)
+	}
+
+	var cz struct {
+		Seq      uint64 `json:"seq"`
+		Services []struct {
+			Hostname string `json:"hostname"`
+			Ports    []struct {
+				Endpoints []string `json:"endpoints"`
+			} `json:"ports"`
+		} `json:"services"`
+	}
+	getJSON(t, f.http+"/debug/configz", &cz)
+	if len(cz.Services) != 1 || cz.Services[0].Hostname != "a.default.svc.cluster.local" || cz.Services[0].Ports[0].Endpoints[0] != "10.1.0.1:8080@c1" {
+		t.Errorf("configz = %+v", cz)
+	}
+}

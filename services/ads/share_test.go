@@ -1,0 +1,57 @@
+package ads
+
+import (
+	"context"
+	"testing"
+
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	resource "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+
+	"github.com/pilotwire/pilotwire/pkg/xdsgen"
+	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
+)
+
+// TestGenerateOnceSendMany: proxies that get identical resources share one
+// marshalled copy per resource version, whatever their number.
+func TestGenerateOnceSendMany(t *testing.T) {
+	f := startFrontend(t, func(f *frontend) {
+		for _, n := range []string{"a", "b", "c"} {
+			f.publish(t, pb.Op_OP_ADD, "", "Service", service("default", n, 80))
+			f.publish(t, pb.Op_OP_ADD, "discovery.k8s.io", "EndpointSlice", slice("default", n, 8080, "10.1.0.1"))
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	const proxies = 40
+	before := xdsgen.Marshals()
+	var clients []*client
+	for range proxies {
+		c := dial(ctx, t, f.addr, sidecar())
+		c.send(&discovery.DiscoveryRequest{TypeUrl: resource.ClusterType})
+		c.send(&discovery.DiscoveryRequest{TypeUrl: resource.EndpointType, ResourceNames: []string{
+			"outbound|80||a.default.svc.cluster.local", "outbound|80||b.default.svc.cluster.local", "outbound|80||c.default.svc.cluster.local"}})
+		clients = append(clients, c)
+	}
+	for _, c := range clients {
+		c.recv()
+		c.recv()
+	}
+	// 3 clusters + 3 load assignments, once, for 40 proxies.
+	if got := xdsgen.Marshals() - before; got > 6 {
+		t.Errorf("%d marshals for %d proxies, want at most 6 (one per resource)", got, proxies)
+	}
+	f.waitRegistered(t, proxies)
+
+	// One endpoint change pushed to all: one load assignment re-marshalled.
+	seq := f.publish(t, pb.Op_OP_UPDATE, "discovery.k8s.io", "EndpointSlice", slice("default", "a", 8080, "10.1.0.2"))
+	f.waitApplied(t, seq)
+	before = xdsgen.Marshals()
+	for _, d := range f.pushAll(t, seq) {
+		if d.GetResult() != pb.PushDone_SENT {
+			t.Fatalf("push result %v, want SENT", d.GetResult())
+		}
+	}
+	if got := xdsgen.Marshals() - before; got != 1 {
+		t.Errorf("%d marshals to push one changed load assignment to %d proxies, want 1", got, proxies)
+	}
+}

@@ -52,7 +52,7 @@ type frontend struct {
 
 // startFrontend starts the frontend after pre has published the initial
 // records, so the frontend serves once its model holds them.
-func startFrontend(t *testing.T, pre func(*frontend)) *frontend {
+func startFrontend(t testing.TB, pre func(*frontend)) *frontend {
 	t.Helper()
 	url := natstest.Start(t)
 	_, js := natstest.Connect(t, url)
@@ -70,7 +70,7 @@ func startFrontend(t *testing.T, pre func(*frontend)) *frontend {
 }
 
 // runFrontend runs one more frontend on the NATS server at url.
-func runFrontend(t *testing.T, url, id string, tune func(*Config)) *frontend {
+func runFrontend(t testing.TB, url, id string, tune func(*Config)) *frontend {
 	t.Helper()
 	nc, js := natstest.Connect(t, url)
 	names, _ := bus.NewNames("pw")
@@ -117,7 +117,7 @@ func runFrontend(t *testing.T, url, id string, tune func(*Config)) *frontend {
 }
 
 // publish writes one change record of a Kubernetes object.
-func (f *frontend) publish(t *testing.T, op pb.Op, group, kind string, obj map[string]any) uint64 {
+func (f *frontend) publish(t testing.TB, op pb.Op, group, kind string, obj map[string]any) uint64 {
 	t.Helper()
 	md := obj["metadata"].(map[string]any)
 	b, err := json.Marshal(obj)
@@ -161,12 +161,13 @@ func slice(ns, svcName string, port int, addrs ...string) map[string]any {
 }
 
 type client struct {
-	t      *testing.T
+	cc     *grpc.ClientConn
+	t      testing.TB
 	stream grpc.BidiStreamingClient[discovery.DiscoveryRequest, discovery.DiscoveryResponse]
 	node   *core.Node
 }
 
-func dial(ctx context.Context, t *testing.T, addr string, node *core.Node) *client {
+func dial(ctx context.Context, t testing.TB, addr string, node *core.Node) *client {
 	t.Helper()
 	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -177,7 +178,7 @@ func dial(ctx context.Context, t *testing.T, addr string, node *core.Node) *clie
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &client{t: t, stream: s, node: node}
+	return &client{t: t, stream: s, node: node, cc: cc}
 }
 
 func sidecar() *core.Node {
@@ -303,13 +304,13 @@ func TestProtocol(t *testing.T) {
 }
 
 // waitApplied polls the frontend's applied-sequence gauge until it reaches seq.
-func (f *frontend) waitApplied(t *testing.T, seq uint64) {
+func (f *frontend) waitApplied(t testing.TB, seq uint64) {
 	t.Helper()
 	waitFor(t, fmt.Sprintf("model applied seq %d", seq), func() bool { return f.gauge("pilotwire_ads_applied_seq") >= float64(seq) })
 }
 
 // waitFor polls cond with a deadline.
-func waitFor(t *testing.T, what string, cond func() bool) {
+func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(testTimeout)
 	tick := time.NewTicker(5 * time.Millisecond)

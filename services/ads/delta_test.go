@@ -20,7 +20,7 @@ import (
 
 // pushAll plays the pusher: it orders a push of every connection registered
 // by this frontend and waits for every PushDone.
-func (f *frontend) pushAll(t *testing.T, through uint64) []*pb.PushDone {
+func (f *frontend) pushAll(t testing.TB, through uint64) []*pb.PushDone {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
@@ -66,7 +66,7 @@ func (f *frontend) pushAll(t *testing.T, through uint64) []*pb.PushDone {
 
 // waitRegistered polls the registry until n connections of this frontend
 // are there.
-func (f *frontend) waitRegistered(t *testing.T, n int) {
+func (f *frontend) waitRegistered(t testing.TB, n int) {
 	t.Helper()
 	waitFor(t, "connections registered", func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
@@ -88,11 +88,11 @@ func (f *frontend) waitRegistered(t *testing.T, n int) {
 }
 
 type deltaClient struct {
-	t      *testing.T
+	t      testing.TB
 	stream grpc.BidiStreamingClient[discovery.DeltaDiscoveryRequest, discovery.DeltaDiscoveryResponse]
 }
 
-func dialDelta(ctx context.Context, t *testing.T, addr string) *deltaClient {
+func dialDelta(ctx context.Context, t testing.TB, addr string) *deltaClient {
 	t.Helper()
 	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {

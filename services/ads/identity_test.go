@@ -35,7 +35,7 @@ type testCA struct {
 	pem  []byte
 }
 
-func newCA(t *testing.T) *testCA {
+func newCA(t testing.TB) *testCA {
 	t.Helper()
 	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	tmpl := &x509.Certificate{
@@ -52,7 +52,7 @@ func newCA(t *testing.T) *testCA {
 }
 
 // issue returns a leaf certificate; spiffe may be empty.
-func (ca *testCA) issue(t *testing.T, serial int64, spiffe string, server bool) tls.Certificate {
+func (ca *testCA) issue(t testing.TB, serial int64, spiffe string, server bool) tls.Certificate {
 	t.Helper()
 	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	tmpl := &x509.Certificate{
@@ -82,7 +82,7 @@ func (ca *testCA) issue(t *testing.T, serial int64, spiffe string, server bool) 
 	return c
 }
 
-func writePair(t *testing.T, dir string, c tls.Certificate) (certFile, keyFile string) {
+func writePair(t testing.TB, dir string, c tls.Certificate) (certFile, keyFile string) {
 	t.Helper()
 	certFile, keyFile = filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
 	kb, _ := x509.MarshalECPrivateKey(c.PrivateKey.(*ecdsa.PrivateKey))

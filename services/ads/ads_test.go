@@ -40,7 +40,8 @@ const testTimeout = 30 * time.Second
 // frontend is one ADS frontend on embedded JetStream, fed by change records
 // the test publishes itself.
 type frontend struct {
-	http  string // base URL of /debug, /metrics
+	stop  context.CancelFunc // begins the frontend's shutdown (drain)
+	http  string             // base URL of /debug, /metrics
 	url   string
 	id    string
 	addr  string
@@ -100,6 +101,7 @@ func runFrontend(t testing.TB, url, id string, tune func(*Config)) *frontend {
 	go func() {
 		errc <- Run(ctx, cfg, svc.Deps{NC: nc, JS: js, Log: slog.New(slog.DiscardHandler), Reg: f.reg, Health: health, HTTP: hs})
 	}()
+	f.stop = cancel
 	t.Cleanup(func() {
 		cancel()
 		for range 2 {

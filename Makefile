@@ -1,0 +1,61 @@
+# pilotwire: `make help` lists the targets.
+SHELL := /bin/bash
+GO ?= go
+BIN := bin
+MODULES := proto pkg services/ingest services/debouncer services/pusher services/ads cmd/pilotwire
+PROTOC_GEN_GO_VERSION := v1.36.12
+GOBIN := $(shell $(GO) env GOPATH)/bin
+TEST_TIMEOUT ?= 15m
+
+.PHONY: help build run test test-short proto proto-check lint vet tidy-check tools bench clean
+
+help: ## list the targets
+	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+
+build: ## build the five binaries into bin/
+	@mkdir -p $(BIN)
+	$(GO) build -o $(BIN)/ingest ./services/ingest/cmd/ingest
+	$(GO) build -o $(BIN)/debouncer ./services/debouncer/cmd/debouncer
+	$(GO) build -o $(BIN)/pusher ./services/pusher/cmd/pusher
+	$(GO) build -o $(BIN)/ads ./services/ads/cmd/ads
+	$(GO) build -o $(BIN)/pilotwire ./cmd/pilotwire
+
+run: build ## run embedded NATS and the four services on deploy/examples (Ctrl-C stops)
+	$(BIN)/pilotwire up --config-dir deploy/examples --data-dir .data
+
+tools: ## install the code generators the checks need
+	@command -v protoc >/dev/null || { echo "protoc missing: apt-get install -y protobuf-compiler"; exit 1; }
+	@test -x $(GOBIN)/protoc-gen-go && $(GOBIN)/protoc-gen-go --version | grep -q $(PROTOC_GEN_GO_VERSION:v%=%) || \
+		$(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
+
+proto: tools ## regenerate the Go code of proto/
+	cd proto && PATH=$(GOBIN):$$PATH protoc -I . --go_out=. --go_opt=module=github.com/pilotwire/pilotwire/proto pilotwire/v1/*.proto
+
+proto-check: tools ## fail when the generated Go of proto/ is stale
+	@tmp=$$(mktemp -d); trap 'rm -rf $$tmp' EXIT; \
+	cd proto && PATH=$(GOBIN):$$PATH protoc -I . --go_out=$$tmp --go_opt=module=github.com/pilotwire/pilotwire/proto pilotwire/v1/*.proto && \
+	for f in pilotwire/v1/*.pb.go; do diff -u $$f $$tmp/$$f >/dev/null || { echo "stale generated code: $$f (run make proto)"; exit 1; }; done; \
+	for f in $$(cd $$tmp && ls pilotwire/v1/*.pb.go); do test -f $$f || { echo "missing generated file: $$f (run make proto)"; exit 1; }; done
+	@echo "proto: generated code is current"
+
+vet: ## go vet every module
+	$(GO) vet $(addsuffix /...,$(addprefix ./,$(MODULES)))
+
+lint: vet ## vet and gofmt check
+	@out=$$(gofmt -l $(MODULES)); test -z "$$out" || { echo "gofmt needed:"; echo "$$out"; exit 1; }
+
+tidy-check: ## build every module on its own (GOWORK=off), as a release would
+	@for m in $(MODULES); do (cd $$m && GOWORK=off $(GO) build ./... ) || { echo "module $$m does not build alone"; exit 1; }; done
+	@echo "modules: each builds with GOWORK=off"
+
+test: proto-check lint tidy-check build ## run every check and test (with -race)
+	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(addsuffix /...,$(addprefix ./,$(MODULES)))
+
+test-short: ## unit tests only (-short), with -race
+	$(GO) test -race -short -count=1 $(addsuffix /...,$(addprefix ./,$(MODULES)))
+
+bench: ## run the benchmarks of the hot paths
+	$(GO) test -run '^$$' -bench . -benchmem $(addsuffix /...,$(addprefix ./,$(MODULES)))
+
+clean: ## remove build output and the default data dir
+	rm -rf $(BIN) .data

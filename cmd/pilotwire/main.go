@@ -1,0 +1,21 @@
+// Command pilotwire is the operator CLI: `pilotwire up` runs the whole
+// control plane on one machine (embedded NATS plus the four services as
+// separate processes); `pilotwire history` reads an object's change history.
+package main
+
+import (
+	"github.com/spf13/cobra"
+
+	"github.com/pilotwire/pilotwire/pkg/svc"
+)
+
+func main() {
+	root := &cobra.Command{
+		Use:           "pilotwire",
+		Short:         "pilotwire: an event-sourced xDS control plane over NATS JetStream",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddCommand(newUpCmd(), newHistoryCmd())
+	svc.Main(root)
+}

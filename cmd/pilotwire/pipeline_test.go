@@ -1,0 +1,166 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/pilotwire/pilotwire/pkg/debounce"
+	"github.com/pilotwire/pilotwire/pkg/natstest"
+	"github.com/pilotwire/pilotwire/pkg/svc"
+	"github.com/pilotwire/pilotwire/services/ads"
+	"github.com/pilotwire/pilotwire/services/debouncer"
+	"github.com/pilotwire/pilotwire/services/ingest"
+	"github.com/pilotwire/pilotwire/services/pusher"
+)
+
+const defaultTestTimeout = 60 * time.Second
+
+// pipeline is the four services running in-process against one embedded
+// JetStream server, each with its own NATS connection, logger and metrics
+// registry, talking only through NATS as the binaries do.
+type pipeline struct {
+	adsAddr string
+	regs    map[string]*prometheus.Registry
+}
+
+// startPipeline runs ingest (watching dir), debouncer, pusher and one ads
+// frontend until the test ends, and waits until all are ready.
+func startPipeline(t *testing.T, dir string) *pipeline {
+	t.Helper()
+	url := natstest.Start(t)
+	common := svc.Common{NATSURL: url, Prefix: "pw"}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	p := &pipeline{regs: make(map[string]*prometheus.Registry)}
+	var healths []*svc.Health
+	start := func(name string, run func(context.Context, svc.Deps) error) {
+		nc, js := natstest.Connect(t, url)
+		d := svc.Deps{
+			NC:     nc,
+			JS:     js,
+			Log:    slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug})).With("component", name),
+			Reg:    prometheus.NewRegistry(),
+			Health: &svc.Health{},
+		}
+		p.regs[name] = d.Reg
+		healths = append(healths, d.Health)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := run(ctx, d); err != nil {
+				errs <- fmt.Errorf("%s: %w", name, err)
+			}
+		}()
+	}
+	addr := make(chan string, 1)
+	start("ingest", func(ctx context.Context, d svc.Deps) error {
+		return ingest.Run(ctx, ingest.Config{Common: common, ConfigDir: dir, ClusterID: "Kubernetes", FileDebounce: 20 * time.Millisecond}, d.JS, d.Log, d.Reg, d.Health)
+	})
+	start("debouncer", func(ctx context.Context, d svc.Deps) error {
+		cfg := debounce.DefaultConfig()
+		cfg.DebounceAfter = 20 * time.Millisecond
+		return debouncer.Run(ctx, debouncer.Config{Common: common, Debounce: cfg}, d)
+	})
+	start("pusher", func(ctx context.Context, d svc.Deps) error {
+		return pusher.Run(ctx, pusher.Config{Common: common}, d)
+	})
+	start("ads", func(ctx context.Context, d svc.Deps) error {
+		return ads.Run(ctx, ads.Config{
+			Common:            common,
+			ADSAddr:           "127.0.0.1:0",
+			FrontendID:        "fe-test",
+			MaxConnectionAge:  time.Hour,
+			HeartbeatInterval: 200 * time.Millisecond,
+			RecordDeliveries:  true,
+			OnListen:          func(a string) { addr <- a },
+		}, d)
+	})
+	t.Cleanup(func() {
+		cancel()
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			if !errors.Is(err, context.Canceled) {
+				t.Errorf("service failed: %v", err)
+			}
+		}
+	})
+	waitFor(t, "every service ready", func() bool {
+		for _, h := range healths {
+			if !h.Ready() {
+				return false
+			}
+		}
+		return true
+	}, errs)
+	p.adsAddr = <-addr
+	return p
+}
+
+// metric sums a counter or gauge of one service's registry.
+func (p *pipeline) metric(t *testing.T, service, name string) float64 {
+	t.Helper()
+	mfs, err := p.regs[service].Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			total += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+		}
+	}
+	return total
+}
+
+// waitFor polls cond until it holds, failing the test at the deadline or
+// when a service fails.
+func waitFor(t *testing.T, what string, cond func() bool, errs <-chan error) {
+	t.Helper()
+	deadline := time.NewTimer(defaultTestTimeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		select {
+		case err := <-errs:
+			t.Fatalf("waiting for %s: %v", what, err)
+		case <-deadline.C:
+			t.Fatalf("timed out waiting for %s", what)
+		case <-tick.C:
+		}
+	}
+}
+
+// writeFile writes a manifest atomically (temp file + rename), as editors do.
+func writeFile(t *testing.T, dir, name, content string) {
+	t.Helper()
+	tmp := filepath.Join(dir, "."+name+".tmp")
+	if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// testWriter sends log lines to t.Log while the test runs.
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(string(p[:len(p)-1]))
+	return len(p), nil
+}

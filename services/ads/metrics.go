@@ -1,6 +1,10 @@
 package ads
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/pilotwire/pilotwire/pkg/xdsgen"
+)
 
 // metrics of one frontend, named like Istio's where Istio has the same thing.
 type metrics struct {
@@ -65,7 +69,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "pilotwire_ads_streams_rejected_total", Help: "New streams refused by the admission rate limit.",
 		}),
 	}
-	reg.MustRegister(m.connections, m.pushes, m.rejects, m.expiredNonce, m.sendErrors, m.badRequests,
+	marshals := prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "pilotwire_xds_marshals_total", Help: "xDS resources marshalled (once per resource version, shared by every proxy).",
+	}, func() float64 { return float64(xdsgen.Marshals()) })
+	reg.MustRegister(marshals, m.connections, m.pushes, m.rejects, m.expiredNonce, m.sendErrors, m.badRequests,
 		m.badRecords, m.appliedSeq, m.orders, m.ordersDropped, m.responseBytes, m.registryErrors,
 		m.deliveryDrops, m.admitRejects)
 	return m

@@ -3,6 +3,8 @@ package debouncer
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
+	"strings"
 
 	"google.golang.org/protobuf/proto"
 
@@ -23,8 +25,9 @@ const serviceNameLabel = "kubernetes.io/service-name"
 
 // toEvent turns one change record into a debounce event. An EndpointSlice
 // change is endpoint-only (not full) and keyed by its Service, as Istio keys
-// EDS updates by service; everything else is a full push keyed by itself.
-func toEvent(data []byte, seq uint64) (debounce.Event, *pb.ChangeRecord, error) {
+// EDS updates by service, unless the endpoint index says it needs a full
+// push; everything else is a full push keyed by itself.
+func toEvent(data []byte, seq uint64, idx *endpointIndex) (debounce.Event, *pb.ChangeRecord, error) {
 	rec := &pb.ChangeRecord{}
 	if err := proto.Unmarshal(data, rec); err != nil {
 		return debounce.Event{}, nil, fmt.Errorf("decode change record seq %d: %w", seq, err)
@@ -37,11 +40,12 @@ func toEvent(data []byte, seq uint64) (debounce.Event, *pb.ChangeRecord, error) 
 	key := debounce.ConfigKey{Kind: ref.GetKind(), Namespace: ref.GetNamespace(), Name: ref.GetName(), Cluster: rec.GetCluster()}
 	switch {
 	case ref.GetGroup() == "discovery.k8s.io" && ref.GetKind() == "EndpointSlice":
-		ev.Full = false
 		ev.Reason = ReasonEndpoint
-		if svc := sliceService(rec.GetObject()); svc != "" {
-			key = debounce.ConfigKey{Kind: "Service", Namespace: ref.GetNamespace(), Name: svc, Cluster: rec.GetCluster()}
+		sl := parseSlice(rec.GetObject())
+		if sl.service != "" {
+			key = debounce.ConfigKey{Kind: "Service", Namespace: ref.GetNamespace(), Name: sl.service, Cluster: rec.GetCluster()}
 		}
+		ev.Full = idx.apply(rec.GetCluster(), ref.GetNamespace(), ref.GetName(), sl, rec.GetOp() == pb.Op_OP_DELETE)
 	case ref.GetGroup() == "" && ref.GetKind() == "Service":
 		ev.Reason = ReasonService
 	case ref.GetGroup() == "" && (ref.GetKind() == "Pod" || ref.GetKind() == "Node" || ref.GetKind() == "Namespace"):
@@ -51,17 +55,90 @@ func toEvent(data []byte, seq uint64) (debounce.Event, *pb.ChangeRecord, error) 
 	return ev, rec, nil
 }
 
-// sliceService reads the service-name label of an EndpointSlice object.
-func sliceService(obj []byte) string {
+// slice is what the debouncer reads of an EndpointSlice.
+type slice struct {
+	service string // kubernetes.io/service-name
+	ports   string // canonical signature of its ports
+}
+
+func parseSlice(obj []byte) slice {
 	var o struct {
 		Metadata struct {
 			Labels map[string]string `json:"labels"`
 		} `json:"metadata"`
+		Ports []struct {
+			Name     *string `json:"name"`
+			Port     *int32  `json:"port"`
+			Protocol *string `json:"protocol"`
+		} `json:"ports"`
 	}
 	if len(obj) == 0 || json.Unmarshal(obj, &o) != nil {
-		return ""
+		return slice{}
 	}
-	return o.Metadata.Labels[serviceNameLabel]
+	var ps []string
+	for _, p := range o.Ports {
+		name, proto, port := "", "TCP", int32(0)
+		if p.Name != nil {
+			name = *p.Name
+		}
+		if p.Protocol != nil {
+			proto = *p.Protocol
+		}
+		if p.Port != nil {
+			port = *p.Port
+		}
+		ps = append(ps, fmt.Sprintf("%s/%s/%d", name, proto, port))
+	}
+	slices.Sort(ps)
+	return slice{service: o.Metadata.Labels[serviceNameLabel], ports: strings.Join(ps, ",")}
+}
+
+// endpointIndex remembers which EndpointSlices each service has and their
+// ports, to tell, as Istio does, an endpoint change that needs a full push
+// (the service's first endpoints, its last endpoints gone, or changed
+// ports) from one that only changes load assignments. It starts empty after
+// a restart, so the first change of each service is treated as full:
+// conservative, never a missed full push.
+type endpointIndex struct {
+	slices   map[sliceID]slice
+	services map[svcID]int // number of slices
+}
+
+type sliceID struct{ cluster, ns, name string }
+type svcID struct{ cluster, ns, name string }
+
+func newEndpointIndex() *endpointIndex {
+	return &endpointIndex{slices: make(map[sliceID]slice), services: make(map[svcID]int)}
+}
+
+// apply records one slice change and reports whether it needs a full push.
+func (x *endpointIndex) apply(cluster, ns, name string, sl slice, deleted bool) bool {
+	id := sliceID{cluster, ns, name}
+	old, had := x.slices[id]
+	if had {
+		x.services[svcID{cluster, ns, old.service}]--
+		if x.services[svcID{cluster, ns, old.service}] <= 0 {
+			delete(x.services, svcID{cluster, ns, old.service})
+		}
+		delete(x.slices, id)
+	}
+	if deleted {
+		// The service's last slice gone: its endpoints vanish.
+		_, still := x.services[svcID{cluster, ns, old.service}]
+		return !had || !still
+	}
+	svc := svcID{cluster, ns, sl.service}
+	first := x.services[svc] == 0
+	x.slices[id] = sl
+	x.services[svc]++
+	switch {
+	case first:
+		return true // the service's first endpoints
+	case !had:
+		return false // one more slice of a service with endpoints
+	default:
+		return old.ports != sl.ports || old.service != sl.service
+	}
 }
 
 // toProto converts a debounced request into the wire PushRequest.

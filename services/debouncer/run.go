@@ -220,7 +220,7 @@ func (a *active) run(ctx context.Context) error {
 		p.run(loopCtx, toPublish, published)
 	}()
 
-	l := &loop{deb: debounce.New(a.cfg.Debounce), held: make(map[uint64]jetstream.Msg), covered: covered, log: a.log, m: a.m, toPublish: toPublish}
+	l := &loop{deb: debounce.New(a.cfg.Debounce), held: make(map[uint64]jetstream.Msg), covered: covered, log: a.log, m: a.m, toPublish: toPublish, endpoints: newEndpointIndex()}
 	for _, r := range covered {
 		l.maxCovered = max(l.maxCovered, r.GetLast())
 	}
@@ -249,6 +249,7 @@ type loop struct {
 	held       map[uint64]jetstream.Msg // merged, not yet published
 	covered    []*pb.SeqRange           // sequences of recently published requests
 	maxCovered uint64                   // highest sequence in covered
+	endpoints  *endpointIndex           // slices per service, for full-push decisions
 	log        *slog.Logger
 	m          *metrics
 	toPublish  chan<- emitted
@@ -274,7 +275,7 @@ func (l *loop) add(msg jetstream.Msg, now time.Time) {
 		l.held[seq] = msg
 		return
 	}
-	ev, _, err := toEvent(msg.Data(), seq)
+	ev, _, err := toEvent(msg.Data(), seq, l.endpoints)
 	if err != nil {
 		l.m.badRecords.Inc()
 		l.log.Error("bad change record, merging as a full push", "seq", seq, "err", err)

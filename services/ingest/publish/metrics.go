@@ -1,0 +1,61 @@
+package publish
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/pilotwire/pilotwire/services/ingest/internal/promreg"
+)
+
+// Rejection reasons (label values of pilotwire_ingest_rejected_records_total).
+const (
+	RejectTooLarge    = "too_large"
+	RejectEmptyObject = "empty_object"
+)
+
+type metrics struct {
+	published    *prometheus.CounterVec
+	deduplicated prometheus.Counter
+	errors       prometheus.Counter
+	conflicts    prometheus.Counter
+	rejected     *prometheus.CounterVec
+	objects      prometheus.Gauge
+	lastSeq      prometheus.Gauge
+	inflight     prometheus.Gauge
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	return &metrics{
+		published: promreg.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pilotwire_ingest_records_published_total",
+			Help: "Change records stored on the CHANGES stream, by kind and op.",
+		}, []string{"kind", "op"})),
+		deduplicated: promreg.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pilotwire_ingest_records_deduplicated_total",
+			Help: "Publishes JetStream recognised as already stored (retries, a second writer).",
+		})),
+		errors: promreg.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pilotwire_ingest_publish_errors_total",
+			Help: "Failed publish attempts; each is retried with backoff.",
+		})),
+		conflicts: promreg.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pilotwire_ingest_publish_conflicts_total",
+			Help: "Publishes refused because the object's subject moved on (another writer); the change is re-planned.",
+		})),
+		rejected: promreg.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pilotwire_ingest_rejected_records_total",
+			Help: "Records not published because they can never be stored, by reason.",
+		}, []string{"reason"})),
+		objects: promreg.Register(reg, prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "pilotwire_ingest_objects",
+			Help: "Objects of this cluster live on the CHANGES stream, as this ingest knows them.",
+		})),
+		lastSeq: promreg.Register(reg, prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "pilotwire_ingest_last_published_seq",
+			Help: "Highest CHANGES stream sequence this ingest has stored or read.",
+		})),
+		inflight: promreg.Register(reg, prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "pilotwire_ingest_publish_inflight",
+			Help: "Publishes awaiting their JetStream ack.",
+		})),
+	}
+}

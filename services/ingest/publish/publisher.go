@@ -1,0 +1,246 @@
+package publish
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/pilotwire/pilotwire/pkg/bus"
+)
+
+// Options configure a Publisher. Zero values mean the defaults noted.
+type Options struct {
+	// Cluster is the cluster id every record carries (required).
+	Cluster string
+	// Names derives the stream and subjects (zero value: prefix "pw").
+	Names bus.Names
+	// Stream configures the CHANGES stream if Start creates it.
+	Stream bus.StreamOptions
+	// Log receives the publisher's logs (default: discarded).
+	Log *slog.Logger
+	// Registerer receives the publisher's metrics (default: none).
+	Registerer prometheus.Registerer
+	// MaxInFlight bounds publishes awaiting an ack (default 512). Keep it
+	// below the JetStream context's async max pending (nats.go default 4000).
+	MaxInFlight int
+	// AckTimeout bounds the wait for one ack before the publish is retried
+	// (default 5s).
+	AckTimeout time.Duration
+	// RetryMin and RetryMax bound the backoff between retries (defaults
+	// 50ms and 5s).
+	RetryMin, RetryMax time.Duration
+	// Now is the clock of observed_at (default time.Now).
+	Now func() time.Time
+}
+
+func (o Options) withDefaults() Options {
+	if o.Names.Prefix == "" {
+		o.Names.Prefix = bus.DefaultPrefix
+	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	if o.MaxInFlight <= 0 {
+		o.MaxInFlight = 512
+	}
+	if o.AckTimeout <= 0 {
+		o.AckTimeout = 5 * time.Second
+	}
+	if o.RetryMin <= 0 {
+		o.RetryMin = 50 * time.Millisecond
+	}
+	if o.RetryMax < o.RetryMin {
+		o.RetryMax = max(5*time.Second, o.RetryMin)
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return o
+}
+
+// Result counts what one Apply or Sync did.
+type Result struct {
+	// Published records were stored by this call.
+	Published int
+	// Deduplicated records were already stored (JetStream recognised the
+	// message id, or the subject's last record was ours).
+	Deduplicated int
+	// Unchanged changes matched what the stream already had.
+	Unchanged int
+	// Rejected changes can never be stored (too large, empty object); each
+	// was logged and counted.
+	Rejected int
+}
+
+func (r *Result) add(o Result) {
+	r.Published += o.Published
+	r.Deduplicated += o.Deduplicated
+	r.Unchanged += o.Unchanged
+	r.Rejected += o.Rejected
+}
+
+// entry is what the stream says about one object: its subject's last record.
+type entry struct {
+	uid, rv, version, source string
+	seq                      uint64
+	live                     bool // the last record is not a DELETE
+}
+
+// Publisher publishes one cluster's change records. It is safe for
+// concurrent use; calls are serialised.
+type Publisher struct {
+	// set at construction
+	js      jetstream.JetStream
+	opts    Options
+	log     *slog.Logger
+	metrics *metrics
+
+	// mu serialises Start, Apply, Sync and Live; it is held for a whole
+	// batch, which is what keeps each object's records in order.
+	mu sync.Mutex
+	// guarded by mu, set by Start
+	stream  jetstream.Stream
+	maxSize int // largest message (payload + headers) the stream and server take
+	// guarded by mu
+	state   map[Key]*entry
+	live    int
+	lastSeq uint64
+}
+
+// New returns a publisher; it does no I/O (see Start).
+func New(js jetstream.JetStream, o Options) (*Publisher, error) {
+	if o.Cluster == "" {
+		return nil, errors.New("publisher: cluster id is required")
+	}
+	o = o.withDefaults()
+	return &Publisher{
+		js:      js,
+		opts:    o,
+		log:     o.Log.With("cluster", o.Cluster),
+		metrics: newMetrics(o.Registerer),
+		state:   make(map[Key]*entry),
+	}, nil
+}
+
+// Start ensures the CHANGES stream and reads the last record of every
+// subject of the cluster. It must succeed before Apply and Sync.
+func (p *Publisher) Start(ctx context.Context) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s, err := bus.EnsureStream(ctx, p.js, p.opts.Names.ChangesConfig(p.opts.Stream))
+	if err != nil {
+		return err
+	}
+	maxSize := int(s.CachedInfo().Config.MaxMsgSize)
+	if mp := int(p.js.Conn().MaxPayload()); mp > 0 && (maxSize <= 0 || mp < maxSize) {
+		maxSize = mp
+	}
+	if maxSize <= 0 {
+		maxSize = bus.DefaultMaxMsgSize
+	}
+	p.state = make(map[Key]*entry)
+	p.live, p.lastSeq = 0, 0
+	start := time.Now()
+	if err := p.load(ctx, s); err != nil {
+		return err
+	}
+	p.stream, p.maxSize = s, maxSize
+	p.metrics.objects.Set(float64(p.live))
+	p.metrics.lastSeq.Set(float64(p.lastSeq))
+	p.log.Info("read current objects from the change stream",
+		"stream", s.CachedInfo().Config.Name, "objects", p.live, "subjects", len(p.state),
+		"seq", p.lastSeq, "max_msg_size", maxSize, "took", time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+// Apply publishes what changes mean against the stream's current state,
+// in order, and returns once every resulting record is stored. A failing
+// publish is retried with backoff until it succeeds or ctx ends; the only
+// error is ctx's (or a publisher that was not started).
+func (p *Publisher) Apply(ctx context.Context, changes ...Change) (Result, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.apply(ctx, changes)
+}
+
+// Sync makes the stream match desired, a source's complete set of objects:
+// objects that differ are published, and every live object of the cluster
+// that desired lacks is deleted.
+func (p *Publisher) Sync(ctx context.Context, desired []Object) (Result, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	changes := make([]Change, 0, len(desired))
+	want := make(map[Key]struct{}, len(desired))
+	for _, o := range desired {
+		changes = append(changes, Upsert(o))
+		want[o.Key] = struct{}{}
+	}
+	var gone []Key
+	for k, e := range p.state {
+		if _, ok := want[k]; e.live && !ok {
+			gone = append(gone, k)
+		}
+	}
+	slices.SortFunc(gone, compareKeys)
+	for _, k := range gone {
+		changes = append(changes, Delete(Object{Key: k}))
+	}
+	return p.apply(ctx, changes)
+}
+
+// LiveObject is what the stream says about one live object.
+type LiveObject struct {
+	Key             Key
+	Version         string
+	UID             string
+	ResourceVersion string
+	Source          string
+	Seq             uint64
+}
+
+// Live lists the cluster's live objects as the stream has them, sorted by key.
+func (p *Publisher) Live() []LiveObject {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]LiveObject, 0, p.live)
+	for k, e := range p.state {
+		if e.live {
+			out = append(out, LiveObject{Key: k, Version: e.version, UID: e.uid, ResourceVersion: e.rv, Source: e.source, Seq: e.seq})
+		}
+	}
+	slices.SortFunc(out, func(a, b LiveObject) int { return compareKeys(a.Key, b.Key) })
+	return out
+}
+
+func compareKeys(a, b Key) int {
+	return cmp.Or(cmp.Compare(a.Group, b.Group), cmp.Compare(a.Kind, b.Kind),
+		cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
+}
+
+// setEntry records that m is the subject's last record, stored at seq.
+func (p *Publisher) setEntry(k Key, e entry) {
+	old := p.state[k]
+	switch {
+	case old == nil:
+		old = &entry{}
+		p.state[k] = old
+		if e.live {
+			p.live++
+		}
+	case old.live && !e.live:
+		p.live--
+	case !old.live && e.live:
+		p.live++
+	}
+	*old = e
+	if e.seq > p.lastSeq {
+		p.lastSeq = e.seq
+	}
+}

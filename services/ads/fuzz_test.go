@@ -25,8 +25,8 @@ type fakeStream[Req, Resp any] struct {
 }
 
 func (f *fakeStream[Req, Resp]) Context() context.Context { return f.ctx }
-func (f *fakeStream[Req, Resp]) Send(r *Resp) error      { f.sent = append(f.sent, r); return nil }
-func (f *fakeStream[Req, Resp]) Recv() (*Req, error)     { select {} }
+func (f *fakeStream[Req, Resp]) Send(r *Resp) error       { f.sent = append(f.sent, r); return nil }
+func (f *fakeStream[Req, Resp]) Recv() (*Req, error)      { select {} }
 
 // offlineServer is a Server with a model and no NATS, for driving a
 // connection's request handling directly.

@@ -4,6 +4,7 @@ GO ?= go
 BIN := bin
 MODULES := proto pkg services/ingest services/debouncer services/pusher services/ads cmd/pilotwire
 PROTOC_GEN_GO_VERSION := v1.36.12
+STATICCHECK_VERSION := v0.8.2
 GOBIN := $(shell $(GO) env GOPATH)/bin
 TEST_TIMEOUT ?= 15m
 
@@ -41,7 +42,10 @@ proto-check: tools ## fail when the generated Go of proto/ is stale
 vet: ## go vet every module
 	$(GO) vet $(addsuffix /...,$(addprefix ./,$(MODULES)))
 
-lint: vet ## vet and gofmt check
+lint: vet ## go vet, staticcheck and a gofmt check
+	@test -x $(GOBIN)/staticcheck && $(GOBIN)/staticcheck -version | grep -q $(STATICCHECK_VERSION:v%=%) || \
+		$(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+	$(GOBIN)/staticcheck $(addsuffix /...,$(addprefix ./,$(MODULES)))
 	@out=$$(gofmt -l $(MODULES)); test -z "$$out" || { echo "gofmt needed:"; echo "$$out"; exit 1; }
 
 tidy-check: ## build every module on its own (GOWORK=off), as a release would

@@ -176,11 +176,6 @@ func (w *world) expect(want ...string) []ingesttest.Record {
 	return got
 }
 
-// skipExisting marks every record on the stream as checked.
-func (w *world) skipExisting() {
-	w.seen = len(ingesttest.Records(w.t, w.js, names))
-}
-
 func (r *run) metric(t *testing.T, name string, labels map[string]string) float64 {
 	return ingesttest.Metric(t, r.reg, name, labels)
 }

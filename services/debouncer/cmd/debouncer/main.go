@@ -5,8 +5,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/spf13/cobra"
-
 	"github.com/pilotwire/pilotwire/pkg/debounce"
 	"github.com/pilotwire/pilotwire/pkg/svc"
 	"github.com/pilotwire/pilotwire/services/debouncer"
@@ -14,20 +12,9 @@ import (
 
 func main() {
 	var cfg debouncer.Config
-	cmd := &cobra.Command{
-		Use:           "debouncer",
-		Short:         "pilotwire debouncer: merges change records into PushRequests",
-		SilenceUsage:  true,
-		SilenceErrors: true,
-		Args:          cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return svc.Serve(cmd.Context(), cfg.Common, "debouncer", func(ctx context.Context, d svc.Deps) error {
-				return debouncer.Run(ctx, cfg, d)
-			})
-		},
-	}
+	cmd := svc.Command("debouncer", "pilotwire debouncer: merges change records into PushRequests", "127.0.0.1:9092",
+		&cfg.Common, nil, func(ctx context.Context, d svc.Deps) error { return debouncer.Run(ctx, cfg, d) })
 	fs := cmd.Flags()
-	cfg.Common.AddFlags(fs, "127.0.0.1:9092")
 	fs.DurationVar(&cfg.Debounce.DebounceAfter, "debounce-after", svc.EnvDuration("PILOT_DEBOUNCE_AFTER", debounce.DefaultDebounceAfter), "quiet window: emit when no change arrived for this long (env PILOT_DEBOUNCE_AFTER)")
 	fs.DurationVar(&cfg.Debounce.DebounceMax, "debounce-max", svc.EnvDuration("PILOT_DEBOUNCE_MAX", debounce.DefaultDebounceMax), "emit at the latest this long after the first merged change (env PILOT_DEBOUNCE_MAX)")
 	fs.BoolVar(&cfg.Debounce.EnableEDSDebounce, "enable-eds-debounce", svc.EnvBool("PILOT_ENABLE_EDS_DEBOUNCE", debounce.DefaultEnableEDSDebounce), "debounce endpoint-only changes too (env PILOT_ENABLE_EDS_DEBOUNCE)")

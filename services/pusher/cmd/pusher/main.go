@@ -5,8 +5,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/spf13/cobra"
-
 	"github.com/pilotwire/pilotwire/pkg/pushqueue"
 	"github.com/pilotwire/pilotwire/pkg/svc"
 	"github.com/pilotwire/pilotwire/services/pusher"
@@ -14,20 +12,9 @@ import (
 
 func main() {
 	var cfg pusher.Config
-	cmd := &cobra.Command{
-		Use:           "pusher",
-		Short:         "pilotwire pusher: fans PushRequests out to connections on the ADS frontends",
-		SilenceUsage:  true,
-		SilenceErrors: true,
-		Args:          cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return svc.Serve(cmd.Context(), cfg.Common, "pusher", func(ctx context.Context, d svc.Deps) error {
-				return pusher.Run(ctx, cfg, d)
-			})
-		},
-	}
+	cmd := svc.Command("pusher", "pilotwire pusher: fans PushRequests out to connections on the ADS frontends", "127.0.0.1:9093",
+		&cfg.Common, nil, func(ctx context.Context, d svc.Deps) error { return pusher.Run(ctx, cfg, d) })
 	fs := cmd.Flags()
-	cfg.Common.AddFlags(fs, "127.0.0.1:9093")
 	fs.IntVar(&cfg.Throttle, "push-throttle", svc.EnvInt("PILOT_PUSH_THROTTLE", pushqueue.DefaultThrottle()), "most connections pushed at once (env PILOT_PUSH_THROTTLE)")
 	fs.StringVar(&cfg.Shard, "shard", svc.EnvString("PILOTWIRE_PUSHER_SHARD", "0"), "pusher shard: names the durable consumer (env PILOTWIRE_PUSHER_SHARD)")
 	fs.DurationVar(&cfg.PushTimeout, "push-timeout", svc.EnvDuration("PILOTWIRE_PUSH_TIMEOUT", 30*time.Second), "a push order without a done report after this long is re-queued once (env PILOTWIRE_PUSH_TIMEOUT)")

@@ -16,6 +16,7 @@ import (
 	"github.com/pilotwire/pilotwire/pkg/debounce"
 	"github.com/pilotwire/pilotwire/pkg/natstest"
 	"github.com/pilotwire/pilotwire/pkg/svc"
+	"github.com/pilotwire/pilotwire/pkg/testutil"
 	"github.com/pilotwire/pilotwire/services/ads"
 	"github.com/pilotwire/pilotwire/services/debouncer"
 	"github.com/pilotwire/pilotwire/services/ingest"
@@ -110,20 +111,7 @@ func startPipeline(t *testing.T, dir string) *pipeline {
 // metric sums a counter or gauge of one service's registry.
 func (p *pipeline) metric(t *testing.T, service, name string) float64 {
 	t.Helper()
-	mfs, err := p.regs[service].Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	total := 0.0
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			total += m.GetCounter().GetValue() + m.GetGauge().GetValue()
-		}
-	}
-	return total
+	return testutil.Metric(p.regs[service], name)
 }
 
 // waitFor polls cond until it holds, failing the test at the deadline or

@@ -30,6 +30,7 @@ import (
 	"github.com/pilotwire/pilotwire/pkg/bus"
 	"github.com/pilotwire/pilotwire/pkg/natstest"
 	"github.com/pilotwire/pilotwire/pkg/svc"
+	"github.com/pilotwire/pilotwire/pkg/testutil"
 	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
 )
 
@@ -314,26 +315,7 @@ func (f *frontend) waitApplied(t testing.TB, seq uint64) {
 // waitFor polls cond with a deadline.
 func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(testTimeout)
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		<-tick.C
-	}
+	testutil.Eventually(t, what, cond)
 }
 
-func (f *frontend) gauge(name string) float64 {
-	mfs, _ := f.reg.Gather()
-	total := 0.0
-	for _, mf := range mfs {
-		if mf.GetName() == name {
-			for _, m := range mf.GetMetric() {
-				total += m.GetCounter().GetValue() + m.GetGauge().GetValue()
-			}
-		}
-	}
-	return total
-}
+func (f *frontend) gauge(name string) float64 { return testutil.Metric(f.reg, name) }

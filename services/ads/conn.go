@@ -258,36 +258,56 @@ func (c *conn) handleRequest(req *discovery.DiscoveryRequest) error {
 		return nil
 	}
 	if nonce != "" && req.GetErrorDetail() != nil {
-		w.nackError = req.GetErrorDetail().GetMessage()
-		c.s.metrics.rejects.WithLabelValues(shortType(t)).Inc()
-		c.log.Warn("config rejected", "type", shortType(t), "version", w.sentVersion, "nonce", nonce, "err", w.nackError)
-		c.s.record(c, pb.DeliveryRecord_NACK, t, w.sentVersion, nonce, nil, 0, w.nackError)
-		c.s.updateConn(c)
-		// Never answer a NACK with the same config; the next change is sent
-		// as usual.
+		c.nack(w, nonce, req.GetErrorDetail().GetMessage())
 		return nil
 	}
 	changed := w.setNames(req.GetResourceNames(), !seen || nonce == "")
 	if nonce != "" {
-		// ACK of the last response.
-		if w.ackedVersion != req.GetVersionInfo() {
-			w.ackedVersion = req.GetVersionInfo()
-			w.nackError = ""
-			c.s.record(c, pb.DeliveryRecord_ACK, t, w.ackedVersion, nonce, nil, 0, "")
-			c.s.updateConn(c)
-		}
+		c.ack(w, nonce, req.GetVersionInfo())
 		if !changed {
 			return nil
 		}
 	}
 	// A new subscription, a reconnect, or changed names: answer now from the
 	// model as it is.
+	return c.answer(w)
+}
+
+// answer responds to a request at once from the model as it is.
+func (c *conn) answer(w *watch) error {
 	mesh := c.s.store.Snapshot()
-	if _, err := c.respond(mesh, w, true, 0); err != nil {
+	var err error
+	if c.delta != nil {
+		_, err = c.respondDelta(mesh, w, true, 0)
+	} else {
+		_, err = c.respond(mesh, w, true, 0)
+	}
+	if err != nil {
 		return err
 	}
 	c.s.updateConn(c)
 	return nil
+}
+
+// ack records that the client applied the last response of w's type.
+func (c *conn) ack(w *watch, nonce, version string) {
+	if w.ackedVersion == version {
+		return
+	}
+	w.ackedVersion = version
+	w.nackError = ""
+	c.s.record(c, pb.DeliveryRecord_ACK, w.typeURL, version, nonce, nil, 0, "")
+	c.s.updateConn(c)
+}
+
+// nack records and counts a rejection. It is never answered with the same
+// config; the next change is sent as usual.
+func (c *conn) nack(w *watch, nonce, msg string) {
+	w.nackError = msg
+	c.s.metrics.rejects.WithLabelValues(shortType(w.typeURL)).Inc()
+	c.log.Warn("config rejected", "type", shortType(w.typeURL), "version", w.sentVersion, "nonce", nonce, "err", msg)
+	c.s.record(c, pb.DeliveryRecord_NACK, w.typeURL, w.sentVersion, nonce, nil, 0, msg)
+	c.s.updateConn(c)
 }
 
 // handleOrders brings every watched type up to date with the model (which

@@ -40,30 +40,16 @@ func (c *conn) handleDelta(req *discovery.DeltaDiscoveryRequest) error {
 		case nonce != w.nonce:
 			c.s.metrics.expiredNonce.WithLabelValues(shortType(t)).Inc()
 		case req.GetErrorDetail() != nil:
-			w.nackError = req.GetErrorDetail().GetMessage()
-			c.s.metrics.rejects.WithLabelValues(shortType(t)).Inc()
-			c.log.Warn("config rejected", "type", shortType(t), "version", w.sentVersion, "nonce", nonce, "err", w.nackError)
-			c.s.record(c, pb.DeliveryRecord_NACK, t, w.sentVersion, nonce, nil, 0, w.nackError)
-			c.s.updateConn(c)
+			c.nack(w, nonce, req.GetErrorDetail().GetMessage())
 		default:
-			if w.ackedVersion != w.sentVersion {
-				w.ackedVersion = w.sentVersion
-				w.nackError = ""
-				c.s.record(c, pb.DeliveryRecord_ACK, t, w.ackedVersion, nonce, nil, 0, "")
-				c.s.updateConn(c)
-			}
+			c.ack(w, nonce, w.sentVersion)
 		}
 	}
 	changed := w.applyDelta(req.GetResourceNamesSubscribe(), req.GetResourceNamesUnsubscribe(), !seen)
 	if !changed && seen {
 		return nil
 	}
-	mesh := c.s.store.Snapshot()
-	if _, err := c.respondDelta(mesh, w, true, 0); err != nil {
-		return err
-	}
-	c.s.updateConn(c)
-	return nil
+	return c.answer(w)
 }
 
 // applyDelta applies subscribe and unsubscribe lists and reports whether

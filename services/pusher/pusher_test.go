@@ -18,6 +18,7 @@ import (
 	"github.com/pilotwire/pilotwire/pkg/bus"
 	"github.com/pilotwire/pilotwire/pkg/natstest"
 	"github.com/pilotwire/pilotwire/pkg/svc"
+	"github.com/pilotwire/pilotwire/pkg/testutil"
 	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
 )
 
@@ -162,18 +163,7 @@ func startPusher(t testing.TB, cfg Config) *harness {
 	return h
 }
 
-func (h *harness) metric(name string) float64 {
-	mfs, _ := h.reg.Gather()
-	total := 0.0
-	for _, mf := range mfs {
-		if mf.GetName() == name {
-			for _, m := range mf.GetMetric() {
-				total += m.GetCounter().GetValue() + m.GetGauge().GetValue()
-			}
-		}
-	}
-	return total
-}
+func (h *harness) metric(name string) float64 { return testutil.Metric(h.reg, name) }
 
 func (h *harness) push(t testing.TB, pr *pb.PushRequest) {
 	t.Helper()
@@ -187,15 +177,7 @@ func (h *harness) push(t testing.TB, pr *pb.PushRequest) {
 
 func waitUntil(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(testTimeout)
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		<-tick.C
-	}
+	testutil.Eventually(t, what, cond)
 }
 
 func equal(a, b []uint64) bool {

@@ -362,17 +362,30 @@ func (c *conn) handleOrders(orders []orderRef) error {
 }
 
 // respond generates the type for the watch and sends it when it differs from
-// what was last sent, or always when force (an answer to a request). It
+// what was last sent, or always when force (an answer to a request). A push
+// of EDS or RDS carries only the resources that changed, as Istio's
+// incremental EDS does; everything else carries the whole watched set. It
 // reports whether it sent.
 func (c *conn) respond(mesh *model.Mesh, w *watch, force bool, pushID uint64) (bool, error) {
-	r, err := c.s.build(mesh, c.proxy, w)
+	full, err := c.s.build(mesh, c.proxy, w)
 	if err != nil {
 		c.log.Error("generate", "type", shortType(w.typeURL), "seq", mesh.Seq, "err", err)
 		return false, nil
 	}
 	w.genSeq = mesh.Seq
-	if !force && r.version == w.sentVersion {
+	if !force && full.version == w.sentVersion {
 		return false, nil
+	}
+	r := full
+	if !force && incrementalSotW(w.typeURL) && w.sentRes != nil {
+		changed, any := full.onlyChanged(w.sentRes)
+		if !any {
+			// Only removals: the client keeps what it has, which is
+			// harmless; remember the new state.
+			w.sentVersion = full.version
+			return false, nil
+		}
+		r = changed
 	}
 	c.nonceSeq++
 	nonce := c.id + "-" + strconv.FormatUint(c.nonceSeq, 36)
@@ -388,7 +401,15 @@ func (c *conn) respond(mesh *model.Mesh, w *watch, force bool, pushID uint64) (b
 	}
 	w.nonce = nonce
 	w.sentVersion = r.version
-	w.sentNames = r.names
+	w.sentNames = full.names
+	if incrementalSotW(w.typeURL) {
+		if r == full || w.sentRes == nil {
+			w.sentRes = make(map[string]string, len(full.names))
+		}
+		for i, n := range r.names {
+			w.sentRes[n] = r.versions[i]
+		}
+	}
 	c.s.metrics.pushes.WithLabelValues(shortType(w.typeURL)).Inc()
 	c.s.metrics.responseBytes.WithLabelValues(shortType(w.typeURL)).Add(float64(r.bytes))
 	c.s.record(c, pb.DeliveryRecord_RESPONSE, w.typeURL, r.version, nonce, r.names, pushID, "")

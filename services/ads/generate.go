@@ -1,6 +1,7 @@
 package ads
 
 import (
+	resource "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/pilotwire/pilotwire/pkg/model"
@@ -13,7 +14,32 @@ type response struct {
 	version   string
 	resources []*anypb.Any
 	names     []string
+	versions  []string // per resource, parallel to names
 	bytes     int
+}
+
+// onlyChanged narrows r to the resources whose version differs from sent
+// (name -> version last sent). It reports false when none differs.
+func (r *response) onlyChanged(sent map[string]string) (*response, bool) {
+	out := &response{version: r.version}
+	for i, n := range r.names {
+		if sent[n] == r.versions[i] {
+			continue
+		}
+		out.resources = append(out.resources, r.resources[i])
+		out.names = append(out.names, n)
+		out.versions = append(out.versions, r.versions[i])
+		out.bytes += len(r.resources[i].GetValue())
+	}
+	return out, len(out.names) > 0
+}
+
+// incrementalSotW reports whether a state-of-the-world response of the type
+// may carry only changed resources: for EDS and RDS, resources missing from
+// a response are kept by the client (xDS protocol); CDS and LDS responses
+// must carry the whole set.
+func incrementalSotW(typeURL string) bool {
+	return typeURL == resource.EndpointType || typeURL == resource.RouteType
 }
 
 // emptyVersion is the version of a response with no resources.
@@ -35,10 +61,11 @@ func (s *Server) build(m *model.Mesh, p *proxy, w *watch) (*response, error) {
 	} else {
 		rs, version = set.Select(w.names)
 	}
-	r := &response{version: version, resources: make([]*anypb.Any, len(rs)), names: make([]string, len(rs))}
+	r := &response{version: version, resources: make([]*anypb.Any, len(rs)), names: make([]string, len(rs)), versions: make([]string, len(rs))}
 	for i, x := range rs {
 		r.resources[i] = x.Any
 		r.names[i] = x.Name
+		r.versions[i] = x.Version
 		r.bytes += len(x.Any.GetValue())
 	}
 	return r, nil

@@ -54,4 +54,12 @@ func TestGenerateOnceSendMany(t *testing.T) {
 	if got := xdsgen.Marshals() - before; got != 1 {
 		t.Errorf("%d marshals to push one changed load assignment to %d proxies, want 1", got, proxies)
 	}
+	// Each proxy is sent only the changed load assignment (incremental EDS
+	// in state of the world), not all three.
+	for i, c := range clients {
+		r := c.recv()
+		if r.GetTypeUrl() != resource.EndpointType || len(r.GetResources()) != 1 {
+			t.Fatalf("proxy %d got %s with %d resources, want EDS with only the changed one", i, r.GetTypeUrl(), len(r.GetResources()))
+		}
+	}
 }

@@ -46,6 +46,9 @@ type watch struct {
 	sentVersion string
 	sentNames   []string
 	genSeq      uint64 // model sequence of the last generation, sent or not
+	// state of the world EDS/RDS: version of each resource last sent, to
+	// push only what changed
+	sentRes map[string]string
 	// delta only: what the client has (name -> version; absent = told it
 	// does not exist) and its explicit subscriptions
 	known      map[string]string

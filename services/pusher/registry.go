@@ -124,6 +124,7 @@ func (p *Pusher) sweep(ctx context.Context) {
 		}
 		p.expireFrontends(ctx)
 		p.expireOrders()
+		p.checkLatest(ctx)
 	}
 }
 
@@ -189,5 +190,31 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 		return false
 	case <-t.C:
 		return true
+	}
+}
+
+// checkLatest reads the newest PushRequest and, if it is newer than any the
+// consumer delivered (one delivered to a pusher that died is stuck until its
+// ack wait), queues every connection behind it. Level-triggered: a lost
+// delivery costs at most a second.
+func (p *Pusher) checkLatest(ctx context.Context) {
+	last, err := bus.LastMsg(ctx, p.pushes, p.names.PushesSubject())
+	if err != nil || last == nil {
+		return
+	}
+	pr := &pb.PushRequest{}
+	if proto.Unmarshal(last.Data, pr) != nil {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if pr.GetThroughSeq() <= p.latest {
+		return
+	}
+	p.log.Info("newer push request found by the periodic check", "through_seq", pr.GetThroughSeq(), "latest", p.latest)
+	p.latest = pr.GetThroughSeq()
+	p.m.latestSeq.Set(float64(p.latest))
+	for id, c := range p.conns {
+		p.catchUpLocked(id, c)
 	}
 }

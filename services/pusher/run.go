@@ -47,14 +47,15 @@ type Config struct {
 // Pusher fans PushRequests out to connections.
 type Pusher struct {
 	// set at construction
-	cfg   Config
-	names bus.Names
-	nc    *nats.Conn
-	kv    jetstream.KeyValue
-	log   *slog.Logger
-	m     *metrics
-	q     *pushqueue.Queue[*request]
-	now   func() time.Time
+	pushes jetstream.Stream
+	cfg    Config
+	names  bus.Names
+	nc     *nats.Conn
+	kv     jetstream.KeyValue
+	log    *slog.Logger
+	m      *metrics
+	q      *pushqueue.Queue[*request]
+	now    func() time.Time
 
 	// guarded by mu
 	mu          sync.Mutex
@@ -121,6 +122,7 @@ func Run(ctx context.Context, cfg Config, d svc.Deps) error {
 // state is rebuilt from the registry and the PUSHES stream at each start.
 func runActive(ctx context.Context, cfg Config, names bus.Names, pushes jetstream.Stream, kv jetstream.KeyValue, m *metrics, d svc.Deps) error {
 	p := &Pusher{
+		pushes:      pushes,
 		cfg:         cfg,
 		names:       names,
 		nc:          d.NC,
@@ -143,8 +145,12 @@ func runActive(ctx context.Context, cfg Config, names bus.Names, pushes jetstrea
 		// with the latest sequence instead.
 		DeliverPolicy: jetstream.DeliverNewPolicy,
 		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       30 * time.Second,
-		MaxDeliver:    -1,
+		// Requests are acknowledged as soon as they are queued; a short ack
+		// wait bounds how long one delivered to a pusher that died stays
+		// stuck (the once-a-second check of the latest request also covers
+		// it).
+		AckWait:    5 * time.Second,
+		MaxDeliver: -1,
 	})
 	if err != nil {
 		return fmt.Errorf("pusher consumer: %w", err)

@@ -8,7 +8,7 @@ STATICCHECK_VERSION := v0.8.2
 GOBIN := $(shell $(GO) env GOPATH)/bin
 TEST_TIMEOUT ?= 15m
 
-.PHONY: help build run test test-short proto proto-check lint vet tidy-check tools bench clean
+.PHONY: help build run test test-short proto proto-check lint vet tidy-check tools k8s-binaries bench clean
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -52,10 +52,13 @@ tidy-check: ## build every module on its own (GOWORK=off), as a release would
 	@for m in $(MODULES); do (cd $$m && GOWORK=off $(GO) build ./... ) || { echo "module $$m does not build alone"; exit 1; }; done
 	@echo "modules: each builds with GOWORK=off"
 
-test: proto-check lint tidy-check build ## run every check and test (with -race)
+k8s-binaries: ## build etcd and kube-apiserver for the Kubernetes tests into .cache/k8s/bin (cached)
+	hack/k8s-binaries.sh
+
+test: proto-check lint tidy-check build k8s-binaries ## run every check and test (with -race)
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(addsuffix /...,$(addprefix ./,$(MODULES)))
 
-test-short: ## unit tests only (-short), with -race
+test-short: k8s-binaries ## unit tests only (-short), with -race
 	$(GO) test -race -short -count=1 $(addsuffix /...,$(addprefix ./,$(MODULES)))
 
 bench: ## run the benchmarks of the hot paths

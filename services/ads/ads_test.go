@@ -319,3 +319,22 @@ func waitFor(t testing.TB, what string, cond func() bool) {
 }
 
 func (f *frontend) gauge(name string) float64 { return testutil.Metric(f.reg, name) }
+
+// endpointsOf decodes the endpoints of each load assignment in r.
+func endpointsOf(t testing.TB, r *discovery.DiscoveryResponse) map[string][]string {
+	t.Helper()
+	out := map[string][]string{}
+	for _, a := range r.GetResources() {
+		cla := &endpoint.ClusterLoadAssignment{}
+		if err := a.UnmarshalTo(cla); err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range cla.GetEndpoints() {
+			for _, e := range l.GetLbEndpoints() {
+				sa := e.GetEndpoint().GetAddress().GetSocketAddress()
+				out[cla.GetClusterName()] = append(out[cla.GetClusterName()], fmt.Sprintf("%s:%d", sa.GetAddress(), sa.GetPortValue()))
+			}
+		}
+	}
+	return out
+}

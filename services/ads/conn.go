@@ -181,6 +181,7 @@ func (c *conn) finish() {
 		c.s.orders.done(o, pb.PushDone_CONN_GONE, 0, "")
 	}
 	if c.proxy != nil {
+		c.s.metrics.connections.WithLabelValues(c.proxy.Version).Dec()
 		c.s.removeConn(c)
 		c.log.Info("connection closed", "node", c.proxy.ID)
 	}
@@ -207,6 +208,7 @@ func (c *conn) open(node *core.Node) error {
 	c.proxy = p
 	c.log = c.log.With("node", p.ID)
 	c.log.Info("connection opened", "namespace", p.Namespace, "generator", p.Generator, "delta", c.delta != nil)
+	c.s.metrics.connections.WithLabelValues(p.Version).Inc()
 	c.s.addConn(c)
 	return nil
 }
@@ -259,17 +261,26 @@ func (c *conn) handleRequest(req *discovery.DiscoveryRequest) error {
 	}
 	if nonce != "" && req.GetErrorDetail() != nil {
 		c.nack(w, nonce, req.GetErrorDetail().GetMessage())
-		return nil
+		return c.answered(w)
 	}
 	changed := w.setNames(req.GetResourceNames(), !seen || nonce == "")
 	if nonce != "" {
 		c.ack(w, nonce, req.GetVersionInfo())
 		if !changed {
+			return c.answered(w)
+		}
+		w.awaiting, w.deferred = false, false // the answer below is the latest state
+	}
+	// A new subscription, a reconnect, or changed names: answer now from the
+	// model as it is. A reconnecting client that already has the current
+	// version is sent nothing (go-control-plane and Envoy agree on this).
+	if nonce == "" && req.GetVersionInfo() != "" {
+		if r, err := c.s.build(c.s.store.Snapshot(), c.proxy, w); err == nil && r.version == req.GetVersionInfo() {
+			w.sentVersion, w.ackedVersion, w.genSeq = r.version, r.version, c.s.store.AppliedSeq()
+			c.s.updateConn(c)
 			return nil
 		}
 	}
-	// A new subscription, a reconnect, or changed names: answer now from the
-	// model as it is.
 	return c.answer(w)
 }
 
@@ -287,6 +298,44 @@ func (c *conn) answer(w *watch) error {
 	}
 	c.s.updateConn(c)
 	return nil
+}
+
+// push brings one watch up to date after a change. While the client has not
+// answered the last response of the type, the push is deferred: the answer
+// sends the latest state (see flush).
+func (c *conn) push(mesh *model.Mesh, w *watch, pushID uint64) (bool, error) {
+	if w.awaiting {
+		w.deferred = true
+		c.s.metrics.deferred.WithLabelValues(shortType(w.typeURL)).Inc()
+		return false, nil
+	}
+	start := time.Now()
+	var sent bool
+	var err error
+	if c.delta != nil {
+		sent, err = c.respondDelta(mesh, w, false, pushID)
+	} else {
+		sent, err = c.respond(mesh, w, false, pushID)
+	}
+	if sent {
+		c.s.metrics.pushTime.WithLabelValues(shortType(w.typeURL)).Observe(time.Since(start).Seconds())
+	}
+	return sent, err
+}
+
+// answered notes the client's ACK or NACK of the last response and sends a
+// deferred push.
+func (c *conn) answered(w *watch) error {
+	w.awaiting = false
+	if !w.deferred {
+		return nil
+	}
+	w.deferred = false
+	sent, err := c.push(c.s.store.Snapshot(), w, 0)
+	if sent {
+		c.s.updateConn(c)
+	}
+	return err
 }
 
 // ack records that the client applied the last response of w's type.
@@ -329,18 +378,23 @@ func (c *conn) handleOrders(orders []orderRef) error {
 		if !ok {
 			continue
 		}
-		var did bool
-		var err error
-		if c.delta != nil {
-			did, err = c.respondDelta(mesh, w, false, pushID)
-		} else {
-			did, err = c.respond(mesh, w, false, pushID)
-		}
+		did, err := c.push(mesh, w, pushID)
 		if err != nil {
 			sendErr = err
 			break
 		}
 		sent = sent || did
+	}
+	if sent {
+		var start time.Time
+		for _, o := range orders {
+			if st := o.order.GetStart(); st != nil && (start.IsZero() || st.AsTime().Before(start)) {
+				start = st.AsTime()
+			}
+		}
+		if !start.IsZero() {
+			c.s.metrics.convergence.Observe(time.Since(start).Seconds())
+		}
 	}
 	res := pb.PushDone_UNCHANGED
 	errText := ""
@@ -395,11 +449,16 @@ func (c *conn) respond(mesh *model.Mesh, w *watch, force bool, pushID uint64) (b
 		TypeUrl:     w.typeURL,
 		Nonce:       nonce,
 	}
-	if err := c.sotw.Send(resp); err != nil {
+	sendStart := time.Now()
+	err = c.sotw.Send(resp)
+	c.s.metrics.sendTime.Observe(time.Since(sendStart).Seconds())
+	c.s.metrics.configSize.WithLabelValues(shortType(w.typeURL)).Observe(float64(r.bytes))
+	if err != nil {
 		c.s.metrics.sendErrors.WithLabelValues(shortType(w.typeURL)).Inc()
 		return false, fmt.Errorf("send %s to %s: %w", shortType(w.typeURL), c.proxy.ID, err)
 	}
 	w.nonce = nonce
+	w.awaiting = true
 	w.sentVersion = r.version
 	w.sentNames = full.names
 	if incrementalSotW(w.typeURL) {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"time"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 
@@ -41,14 +42,21 @@ func (c *conn) handleDelta(req *discovery.DeltaDiscoveryRequest) error {
 			c.s.metrics.expiredNonce.WithLabelValues(shortType(t)).Inc()
 		case req.GetErrorDetail() != nil:
 			c.nack(w, nonce, req.GetErrorDetail().GetMessage())
+			w.awaiting = false
 		default:
 			c.ack(w, nonce, w.sentVersion)
+			w.awaiting = false
 		}
 	}
 	changed := w.applyDelta(req.GetResourceNamesSubscribe(), req.GetResourceNamesUnsubscribe(), !seen)
 	if !changed && seen {
+		if !w.awaiting && w.deferred {
+			w.awaiting = true // answered() clears it and sends the deferred push
+			return c.answered(w)
+		}
 		return nil
 	}
+	w.deferred = false // the answer below is the latest state
 	return c.answer(w)
 }
 
@@ -163,7 +171,11 @@ func (c *conn) respondDelta(mesh *model.Mesh, w *watch, force bool, pushID uint6
 		TypeUrl:           w.typeURL,
 		Nonce:             nonce,
 	}
-	if err := c.delta.Send(resp); err != nil {
+	sendStart := time.Now()
+	err = c.delta.Send(resp)
+	c.s.metrics.sendTime.Observe(time.Since(sendStart).Seconds())
+	c.s.metrics.configSize.WithLabelValues(shortType(w.typeURL)).Observe(float64(bytes))
+	if err != nil {
 		c.s.metrics.sendErrors.WithLabelValues(shortType(w.typeURL)).Inc()
 		return false, fmt.Errorf("send delta %s to %s: %w", shortType(w.typeURL), c.proxy.ID, err)
 	}
@@ -182,6 +194,7 @@ func (c *conn) respondDelta(mesh *model.Mesh, w *watch, force bool, pushID uint6
 		}
 	}
 	w.nonce = nonce
+	w.awaiting = true
 	w.sentVersion = version
 	c.s.metrics.pushes.WithLabelValues(shortType(w.typeURL)).Inc()
 	c.s.metrics.responseBytes.WithLabelValues(shortType(w.typeURL)).Add(float64(bytes))

@@ -8,7 +8,7 @@ import (
 
 // metrics of one frontend, named like Istio's where Istio has the same thing.
 type metrics struct {
-	connections    prometheus.Gauge
+	connections    *prometheus.GaugeVec
 	pushes         *prometheus.CounterVec
 	rejects        *prometheus.CounterVec
 	expiredNonce   *prometheus.CounterVec
@@ -22,13 +22,18 @@ type metrics struct {
 	registryErrors prometheus.Counter
 	deliveryDrops  prometheus.Counter
 	admitRejects   prometheus.Counter
+	convergence    prometheus.Histogram
+	pushTime       *prometheus.HistogramVec
+	sendTime       prometheus.Histogram
+	configSize     *prometheus.HistogramVec
+	deferred       *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
-		connections: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "pilot_xds", Help: "Number of connected xDS streams on this frontend.",
-		}),
+		connections: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "pilot_xds", Help: "Connected xDS clients on this frontend, by the proxy's ISTIO_VERSION metadata (\"unknown\" without).",
+		}, []string{"version"}),
 		pushes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pilot_xds_pushes", Help: "xDS responses sent, by type (cds, eds, lds, rds).",
 		}, []string{"type"}),
@@ -68,12 +73,35 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		admitRejects: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "pilotwire_ads_streams_rejected_total", Help: "New streams refused by the admission rate limit.",
 		}),
+		convergence: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "pilot_proxy_convergence_time",
+			Help:    "Delay in seconds between a config change being observed and a proxy receiving it.",
+			Buckets: []float64{.01, .05, .1, .2, .5, 1, 3, 5, 10, 20, 30},
+		}),
+		pushTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "pilot_xds_push_time",
+			Help:    "Time in seconds to generate and send one pushed response, by type.",
+			Buckets: []float64{.0001, .0005, .001, .005, .01, .05, .1, .5, 1},
+		}, []string{"type"}),
+		sendTime: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "pilot_xds_send_time",
+			Help:    "Time in seconds a response took to be handed to the stream.",
+			Buckets: []float64{.0001, .0005, .001, .005, .01, .05, .1, .5, 1, 5},
+		}),
+		configSize: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "pilot_xds_config_size_bytes",
+			Help:    "Bytes of resources in one response, by type.",
+			Buckets: prometheus.ExponentialBuckets(64, 4, 10),
+		}, []string{"type"}),
+		deferred: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pilotwire_ads_pushes_deferred_total", Help: "Pushes held back because the proxy had not answered the previous response of the type, by type.",
+		}, []string{"type"}),
 	}
 	marshals := prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "pilotwire_xds_marshals_total", Help: "xDS resources marshalled (once per resource version, shared by every proxy).",
 	}, func() float64 { return float64(xdsgen.Marshals()) })
 	reg.MustRegister(marshals, m.connections, m.pushes, m.rejects, m.expiredNonce, m.sendErrors, m.badRequests,
 		m.badRecords, m.appliedSeq, m.orders, m.ordersDropped, m.responseBytes, m.registryErrors,
-		m.deliveryDrops, m.admitRejects)
+		m.deliveryDrops, m.admitRejects, m.convergence, m.pushTime, m.sendTime, m.configSize, m.deferred)
 	return m
 }

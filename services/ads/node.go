@@ -29,6 +29,8 @@ type proxy struct {
 	Namespace string
 	ClusterID string
 	Generator string
+	// Version is the proxy's ISTIO_VERSION metadata, "unknown" without.
+	Version string
 }
 
 // parseNode reads an Istio-style node: id "<type>~<ip>~<pod>.<ns>~<ns>.svc.<domain>"
@@ -56,6 +58,10 @@ func parseNode(n *core.Node) (*proxy, error) {
 		}
 	}
 	md := n.GetMetadata().GetFields()
+	p.Version = md["ISTIO_VERSION"].GetStringValue()
+	if p.Version == "" {
+		p.Version = "unknown"
+	}
 	if v := md["NAMESPACE"].GetStringValue(); v != "" {
 		p.Namespace = v
 	}

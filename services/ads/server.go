@@ -55,8 +55,6 @@ func (s *Server) serveSotW(stream sotwStream, fixedType string) error {
 	}
 	c := s.newConn(stream.Context(), fixedType)
 	c.sotw = stream
-	s.metrics.connections.Inc()
-	defer s.metrics.connections.Dec()
 	return c.run()
 }
 
@@ -66,8 +64,6 @@ func (s *Server) serveDelta(stream deltaStream, fixedType string) error {
 	}
 	c := s.newConn(stream.Context(), fixedType)
 	c.delta = stream
-	s.metrics.connections.Inc()
-	defer s.metrics.connections.Dec()
 	return c.run()
 }
 

@@ -13,6 +13,14 @@ import (
 
 // TestGenerateOnceSendMany: proxies that get identical resources share one
 // marshalled copy per resource version, whatever their number.
+// namesOf returns the resource names an ACK of r re-requests (EDS only).
+func namesOf(r *discovery.DiscoveryResponse) []string {
+	if r.GetTypeUrl() != resource.EndpointType {
+		return nil
+	}
+	return names(r)
+}
+
 func TestGenerateOnceSendMany(t *testing.T) {
 	f := startFrontend(t, func(f *frontend) {
 		for _, n := range []string{"a", "b", "c"} {
@@ -33,8 +41,10 @@ func TestGenerateOnceSendMany(t *testing.T) {
 		clients = append(clients, c)
 	}
 	for _, c := range clients {
-		c.recv()
-		c.recv()
+		for range 2 {
+			r := c.recv()
+			c.send(&discovery.DiscoveryRequest{TypeUrl: r.TypeUrl, VersionInfo: r.VersionInfo, ResponseNonce: r.Nonce, ResourceNames: namesOf(r)})
+		}
 	}
 	// 3 clusters + 3 load assignments, once, for 40 proxies.
 	if got := xdsgen.Marshals() - before; got > 6 {

@@ -53,6 +53,11 @@ type watch struct {
 	// does not exist) and its explicit subscriptions
 	known      map[string]string
 	subscribed map[string]bool
+	// flow control: a response is out and not yet ACKed or NACKed; pushes
+	// meanwhile only mark the watch deferred, and the answer sends the
+	// latest state once (so a slow client gets at most two responses).
+	awaiting bool
+	deferred bool
 	// client's answers
 	ackedVersion string
 	nackError    string

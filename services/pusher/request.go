@@ -6,6 +6,8 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/protobuf/types/known/timestamppb"
+
 	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
 )
 
@@ -17,6 +19,7 @@ type request struct {
 	keys     map[keyID]*pb.ConfigKey
 	reasons  map[string]int32
 	enqueued time.Time
+	start    time.Time // earliest change observed; zero if unknown
 }
 
 type keyID struct{ kind, ns, name, cluster string }
@@ -28,6 +31,9 @@ func newRequest(pr *pb.PushRequest, now time.Time) *request {
 		keys:     make(map[keyID]*pb.ConfigKey, len(pr.GetConfigKeys())),
 		reasons:  maps.Clone(pr.GetReasons()),
 		enqueued: now,
+	}
+	if pr.GetStart() != nil {
+		r.start = pr.GetStart().AsTime()
 	}
 	for _, k := range pr.GetConfigKeys() {
 		r.keys[keyID{k.GetKind(), k.GetNamespace(), k.GetName(), k.GetCluster()}] = k
@@ -60,6 +66,10 @@ func (r *request) Merge(o *request) *request {
 	if o.enqueued.Before(out.enqueued) {
 		out.enqueued = o.enqueued
 	}
+	out.start = r.start
+	if out.start.IsZero() || (!o.start.IsZero() && o.start.Before(out.start)) {
+		out.start = o.start
+	}
 	maps.Copy(out.keys, r.keys)
 	maps.Copy(out.keys, o.keys)
 	for k, v := range r.reasons {
@@ -78,6 +88,10 @@ func (r *request) order(connID string, pushID uint64) *pb.PushOrder {
 		Full:       r.full,
 		Reasons:    r.reasons,
 		ThroughSeq: r.through,
+		EnqueuedAt: timestamppb.New(r.enqueued),
+	}
+	if !r.start.IsZero() {
+		o.Start = timestamppb.New(r.start)
 	}
 	ids := slices.SortedFunc(maps.Keys(r.keys), func(a, b keyID) int {
 		return strings.Compare(a.kind+"/"+a.ns+"/"+a.name+"/"+a.cluster, b.kind+"/"+b.ns+"/"+b.name+"/"+b.cluster)

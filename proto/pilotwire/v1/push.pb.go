@@ -260,12 +260,15 @@ type PushOrder struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	ConnId string                 `protobuf:"bytes,1,opt,name=conn_id,json=connId,proto3" json:"conn_id,omitempty"`
 	// Unique per dispatch; echoed in PushDone.
-	PushId        uint64                 `protobuf:"varint,2,opt,name=push_id,json=pushId,proto3" json:"push_id,omitempty"`
-	Full          bool                   `protobuf:"varint,3,opt,name=full,proto3" json:"full,omitempty"`
-	ConfigKeys    []*ConfigKey           `protobuf:"bytes,4,rep,name=config_keys,json=configKeys,proto3" json:"config_keys,omitempty"`
-	Reasons       map[string]int32       `protobuf:"bytes,5,rep,name=reasons,proto3" json:"reasons,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
-	ThroughSeq    uint64                 `protobuf:"varint,6,opt,name=through_seq,json=throughSeq,proto3" json:"through_seq,omitempty"`
-	EnqueuedAt    *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=enqueued_at,json=enqueuedAt,proto3" json:"enqueued_at,omitempty"`
+	PushId     uint64                 `protobuf:"varint,2,opt,name=push_id,json=pushId,proto3" json:"push_id,omitempty"`
+	Full       bool                   `protobuf:"varint,3,opt,name=full,proto3" json:"full,omitempty"`
+	ConfigKeys []*ConfigKey           `protobuf:"bytes,4,rep,name=config_keys,json=configKeys,proto3" json:"config_keys,omitempty"`
+	Reasons    map[string]int32       `protobuf:"bytes,5,rep,name=reasons,proto3" json:"reasons,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	ThroughSeq uint64                 `protobuf:"varint,6,opt,name=through_seq,json=throughSeq,proto3" json:"through_seq,omitempty"`
+	EnqueuedAt *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=enqueued_at,json=enqueuedAt,proto3" json:"enqueued_at,omitempty"`
+	// Earliest observation time of the changes the order carries, for
+	// pilot_proxy_convergence_time.
+	Start         *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=start,proto3" json:"start,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -345,6 +348,13 @@ func (x *PushOrder) GetThroughSeq() uint64 {
 func (x *PushOrder) GetEnqueuedAt() *timestamppb.Timestamp {
 	if x != nil {
 		return x.EnqueuedAt
+	}
+	return nil
+}
+
+func (x *PushOrder) GetStart() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Start
 	}
 	return nil
 }
@@ -512,7 +522,7 @@ const file_pilotwire_v1_push_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\"4\n" +
 	"\bSeqRange\x12\x14\n" +
 	"\x05first\x18\x01 \x01(\x04R\x05first\x12\x12\n" +
-	"\x04last\x18\x02 \x01(\x04R\x04last\"\xe5\x02\n" +
+	"\x04last\x18\x02 \x01(\x04R\x04last\"\x97\x03\n" +
 	"\tPushOrder\x12\x17\n" +
 	"\aconn_id\x18\x01 \x01(\tR\x06connId\x12\x17\n" +
 	"\apush_id\x18\x02 \x01(\x04R\x06pushId\x12\x12\n" +
@@ -523,7 +533,8 @@ const file_pilotwire_v1_push_proto_rawDesc = "" +
 	"\vthrough_seq\x18\x06 \x01(\x04R\n" +
 	"throughSeq\x12;\n" +
 	"\venqueued_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"enqueuedAt\x1a:\n" +
+	"enqueuedAt\x120\n" +
+	"\x05start\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\x05start\x1a:\n" +
 	"\fReasonsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\"Y\n" +
@@ -581,13 +592,14 @@ var file_pilotwire_v1_push_proto_depIdxs = []int32{
 	8,  // 5: pilotwire.v1.PushOrder.config_keys:type_name -> pilotwire.v1.ConfigKey
 	7,  // 6: pilotwire.v1.PushOrder.reasons:type_name -> pilotwire.v1.PushOrder.ReasonsEntry
 	9,  // 7: pilotwire.v1.PushOrder.enqueued_at:type_name -> google.protobuf.Timestamp
-	3,  // 8: pilotwire.v1.PushOrderBatch.orders:type_name -> pilotwire.v1.PushOrder
-	0,  // 9: pilotwire.v1.PushDone.result:type_name -> pilotwire.v1.PushDone.Result
-	10, // [10:10] is the sub-list for method output_type
-	10, // [10:10] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	9,  // 8: pilotwire.v1.PushOrder.start:type_name -> google.protobuf.Timestamp
+	3,  // 9: pilotwire.v1.PushOrderBatch.orders:type_name -> pilotwire.v1.PushOrder
+	0,  // 10: pilotwire.v1.PushDone.result:type_name -> pilotwire.v1.PushDone.Result
+	11, // [11:11] is the sub-list for method output_type
+	11, // [11:11] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_pilotwire_v1_push_proto_init() }

@@ -45,11 +45,15 @@ metadata: {name: web, namespace: shop}
 spec: {host: web.shop.svc.cluster.local}
 `
 
-func echoSlice(addrs ...string) string {
+func echoSlice(addrs ...string) string { return echoSliceNamed("echo-1", addrs...) }
+
+// echoSliceNamed is an EndpointSlice of echo named name with ready addrs
+// and one endpoint that is not ready.
+func echoSliceNamed(name string, addrs ...string) string {
 	s := `apiVersion: discovery.k8s.io/v1
 kind: EndpointSlice
 metadata:
-  name: echo-1
+  name: ` + name + `
   namespace: default
   labels: {kubernetes.io/service-name: echo}
 addressType: IPv4
@@ -158,6 +162,18 @@ func keys[T any](m map[string]T) []string {
 	}
 	sort.Strings(k)
 	return k
+}
+
+// endpointsOf decodes every load assignment of an EDS response.
+func endpointsOf(resp *discovery.DiscoveryResponse) map[string][]string {
+	out := map[string][]string{}
+	for _, a := range resp.GetResources() {
+		cla := &endpoint.ClusterLoadAssignment{}
+		if a.UnmarshalTo(cla) == nil {
+			out[cla.GetClusterName()] = lbAddrs(cla)
+		}
+	}
+	return out
 }
 
 func lbAddrs(cla *endpoint.ClusterLoadAssignment) []string {
@@ -273,7 +289,7 @@ func TestRawADSClient(t *testing.T) {
 		ResourceNames: []string{echoCluster, webHTTP, webTCP},
 		ErrorDetail:   &rpcstatus.Status{Code: 3, Message: "test rejects this"},
 	})
-	waitFor(t, "NACK counted", func() bool { return p.metric(t, "ads", "pilot_total_xds_rejects") == 1 }, nil)
+	waitFor(t, "NACK counted", func() bool { return p.metric(t, "fe-0", "pilot_total_xds_rejects") == 1 }, nil)
 	writeFile(t, dir, "echo-slice.yaml", echoSlice("10.244.0.15"))
 	eds4 := c.recv(resource.EndpointType)
 	clas4 := decode(t, eds4, func() *endpoint.ClusterLoadAssignment { return &endpoint.ClusterLoadAssignment{} })

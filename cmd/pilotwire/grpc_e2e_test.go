@@ -137,7 +137,7 @@ func TestGRPCClientFollowsEndpointChange(t *testing.T) {
 	if got := p.metric(t, "ingest", "pilotwire_ingest_invalid_documents_total"); got < 1 {
 		t.Errorf("invalid documents counted = %v, want >= 1 for broken.yaml", got)
 	}
-	if got := p.metric(t, "ads", "pilot_total_xds_rejects"); got != 0 {
+	if got := p.metric(t, "fe-0", "pilot_total_xds_rejects"); got != 0 {
 		t.Errorf("grpc client rejected %v responses, want 0", got)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pilotwire/pilotwire/pkg/debounce"
@@ -29,22 +30,36 @@ const defaultTestTimeout = 60 * time.Second
 // JetStream server, each with its own NATS connection, logger and metrics
 // registry, talking only through NATS as the binaries do.
 type pipeline struct {
-	adsAddr string
-	regs    map[string]*prometheus.Registry
+	adsAddr  string   // the first frontend's
+	adsAddrs []string // every frontend's, in order
+	regs     map[string]*prometheus.Registry
+	url      string
+	crash    []func() // crash[i] kills frontend i without a goodbye
+}
+
+// pipelineOptions tune startPipeline.
+type pipelineOptions struct {
+	frontends       int           // ADS frontends (default 1), named fe-0, fe-1, ...
+	frontendTimeout time.Duration // pusher's; default 6 s
 }
 
 // startPipeline runs ingest (watching dir), debouncer, pusher and one ads
 // frontend until the test ends, and waits until all are ready.
-func startPipeline(t *testing.T, dir string) *pipeline {
+func startPipeline(t *testing.T, dir string, opts ...pipelineOptions) *pipeline {
 	t.Helper()
+	var o pipelineOptions
+	if len(opts) > 0 {
+		o = opts[0]
+	}
+	o.frontends = max(o.frontends, 1)
 	url := natstest.Start(t)
 	common := svc.Common{NATSURL: url, Prefix: "pw"}
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	errs := make(chan error, 4)
-	p := &pipeline{regs: make(map[string]*prometheus.Registry)}
+	var errs chan error
+	p := &pipeline{regs: make(map[string]*prometheus.Registry), url: url}
 	var healths []*svc.Health
-	start := func(name string, run func(context.Context, svc.Deps) error) {
+	start := func(name string, run func(context.Context, svc.Deps) error) *nats.Conn {
 		nc, js := natstest.Connect(t, url)
 		d := svc.Deps{
 			NC:     nc,
@@ -62,8 +77,9 @@ func startPipeline(t *testing.T, dir string) *pipeline {
 				errs <- fmt.Errorf("%s: %w", name, err)
 			}
 		}()
+		return nc
 	}
-	addr := make(chan string, 1)
+	errs = make(chan error, 3+o.frontends)
 	start("ingest", func(ctx context.Context, d svc.Deps) error {
 		return ingest.Run(ctx, ingest.Config{Common: common, ConfigDir: dir, ClusterID: "Kubernetes", FileDebounce: 20 * time.Millisecond}, d.JS, d.Log, d.Reg, d.Health)
 	})
@@ -73,19 +89,29 @@ func startPipeline(t *testing.T, dir string) *pipeline {
 		return debouncer.Run(ctx, debouncer.Config{Common: common, Debounce: cfg}, d)
 	})
 	start("pusher", func(ctx context.Context, d svc.Deps) error {
-		return pusher.Run(ctx, pusher.Config{Common: common}, d)
+		return pusher.Run(ctx, pusher.Config{Common: common, FrontendTimeout: o.frontendTimeout}, d)
 	})
-	start("ads", func(ctx context.Context, d svc.Deps) error {
-		return ads.Run(ctx, ads.Config{
-			Common:            common,
-			ADSAddr:           "127.0.0.1:0",
-			FrontendID:        "fe-test",
-			MaxConnectionAge:  time.Hour,
-			HeartbeatInterval: 200 * time.Millisecond,
-			RecordDeliveries:  true,
-			OnListen:          func(a string) { addr <- a },
-		}, d)
-	})
+	for i := range o.frontends {
+		name := fmt.Sprintf("fe-%d", i)
+		addr := make(chan string, 1)
+		fctx, fcancel := context.WithCancel(ctx)
+		nc := start(name, func(_ context.Context, d svc.Deps) error {
+			return ads.Run(fctx, ads.Config{
+				Common:            common,
+				ADSAddr:           "127.0.0.1:0",
+				FrontendID:        name,
+				MaxConnectionAge:  time.Hour,
+				HeartbeatInterval: 200 * time.Millisecond,
+				RecordDeliveries:  true,
+				OnListen:          func(a string) { addr <- a },
+			}, d)
+		})
+		p.adsAddrs = append(p.adsAddrs, <-addr)
+		// A crash: the NATS connection drops first (no deregistration, no
+		// more heartbeats), then the gRPC streams end.
+		p.crash = append(p.crash, func() { nc.Close(); fcancel() })
+	}
+	p.adsAddr = p.adsAddrs[0]
 	t.Cleanup(func() {
 		cancel()
 		wg.Wait()
@@ -104,7 +130,6 @@ func startPipeline(t *testing.T, dir string) *pipeline {
 		}
 		return true
 	}, errs)
-	p.adsAddr = <-addr
 	return p
 }
 

@@ -95,13 +95,15 @@ func TestGRPCClientFollowsEndpointChange(t *testing.T) {
 	// A malformed file next to the good ones must not stop anything.
 	writeFile(t, dir, "broken.yaml", "apiVersion: v1\nkind: Service\nmetadata: [not, a, map\n")
 
-	p := startPipeline(t, dir)
+	// Two frontends: the client talks to the second; the first crashes
+	// half-way, which must not matter to it.
+	p := startPipeline(t, dir, pipelineOptions{frontends: 2})
 
 	bootstrap := fmt.Sprintf(`{
 	  "xds_servers": [{"server_uri": %q, "channel_creds": [{"type": "insecure"}], "server_features": ["xds_v3"]}],
 	  "node": {"id": "sidecar~127.0.0.1~client-0.default~default.svc.cluster.local",
 	           "metadata": {"GENERATOR": "grpc", "NAMESPACE": "default"}}
-	}`, p.adsAddr)
+	}`, p.adsAddrs[1])
 	resolver, err := xds.NewXDSResolverWithConfigForTesting([]byte(bootstrap))
 	if err != nil {
 		t.Fatalf("xds resolver: %v", err)
@@ -117,6 +119,7 @@ func TestGRPCClientFollowsEndpointChange(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
 	defer cancel()
 	waitBackend(ctx, t, client, "backend-1")
+	p.crash[0]()
 
 	// Edit the slice to point at the second backend: calls follow, with no
 	// restart of anything.
@@ -137,7 +140,7 @@ func TestGRPCClientFollowsEndpointChange(t *testing.T) {
 	if got := p.metric(t, "ingest", "pilotwire_ingest_invalid_documents_total"); got < 1 {
 		t.Errorf("invalid documents counted = %v, want >= 1 for broken.yaml", got)
 	}
-	if got := p.metric(t, "fe-0", "pilot_total_xds_rejects"); got != 0 {
+	if got := p.metric(t, "fe-1", "pilot_total_xds_rejects"); got != 0 {
 		t.Errorf("grpc client rejected %v responses, want 0", got)
 	}
 }

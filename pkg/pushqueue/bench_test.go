@@ -3,6 +3,7 @@ package pushqueue
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"sync"
 	"testing"
 )
@@ -43,10 +44,16 @@ func BenchmarkEnqueueDequeueMarkDone(b *testing.B) {
 	}
 }
 
-// BenchmarkEnqueueFanOut is one PushRequest fanned out to 1,000
+// BenchmarkEnqueueFanOut is one PushRequest fanned out to 1,000 and 10,000
 // connections, then all of them dequeued and marked done.
 func BenchmarkEnqueueFanOut(b *testing.B) {
-	conns := benchConns(1000)
+	for _, n := range []int{1000, 10000} {
+		b.Run(strconv.Itoa(n), func(b *testing.B) { benchFanOut(b, n) })
+	}
+}
+
+func benchFanOut(b *testing.B, n int) {
+	conns := benchConns(n)
 	q := New(Config{}, mergeBench)
 	ctx := context.Background()
 	b.ReportAllocs()
@@ -65,6 +72,7 @@ func BenchmarkEnqueueFanOut(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(conns)), "ns/conn")
+	b.ReportMetric(float64(b.N*len(conns))/b.Elapsed().Seconds(), "conns/s")
 }
 
 // BenchmarkEnqueueMerge is an Enqueue for a connection already pending.

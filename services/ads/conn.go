@@ -59,9 +59,10 @@ type conn struct {
 	closed bool
 
 	// owned by the loop
-	proxy    *proxy
-	watches  map[string]*watch
-	nonceSeq uint64
+	proxy       *proxy
+	watches     map[string]*watch
+	nonceSeq    uint64
+	subsChanged bool // a watch's subscription changed since the registry write
 }
 
 func (s *Server) newConn(ctx context.Context, fixedType string) *conn {
@@ -264,6 +265,7 @@ func (c *conn) handleRequest(req *discovery.DiscoveryRequest) error {
 		return c.answered(w)
 	}
 	changed := w.setNames(req.GetResourceNames(), !seen || nonce == "")
+	c.subsChanged = c.subsChanged || changed || !seen
 	if nonce != "" {
 		c.ack(w, nonce, req.GetVersionInfo())
 		if !changed {

@@ -49,6 +49,7 @@ func (c *conn) handleDelta(req *discovery.DeltaDiscoveryRequest) error {
 		}
 	}
 	changed := w.applyDelta(req.GetResourceNamesSubscribe(), req.GetResourceNamesUnsubscribe(), !seen)
+	c.subsChanged = c.subsChanged || changed || !seen
 	if !changed && seen {
 		if !w.awaiting && w.deferred {
 			w.awaiting = true // answered() clears it and sends the deferred push

@@ -86,13 +86,14 @@ func (s *Server) nextConnID() string {
 	return s.id + "-" + strconv.FormatUint(s.connSeq.Add(1), 10)
 }
 
+// addConn makes the connection reachable by push orders. Its registry entry
+// is written after its first answer (updateConn), with what it watches.
 func (s *Server) addConn(c *conn) {
-	ci := c.info()
-	c.published.Store(ci)
+	c.published.Store(c.info())
+	c.subsChanged = true
 	s.mu.Lock()
 	s.conns[c.id] = c
 	s.mu.Unlock()
-	s.registry.put(ci)
 }
 
 func (s *Server) removeConn(c *conn) {
@@ -102,11 +103,17 @@ func (s *Server) removeConn(c *conn) {
 	s.registry.remove(c.id)
 }
 
-// updateConn republishes a connection's registry entry; called by its loop.
+// updateConn refreshes the connection's view for the debug endpoints and,
+// when its subscriptions changed (what the pusher scopes pushes by), its
+// registry entry. ACKs and sends alone do not touch the registry: the pusher
+// learns synced sequences from PushDone reports. Called by the conn's loop.
 func (s *Server) updateConn(c *conn) {
 	ci := c.info()
 	c.published.Store(ci)
-	s.registry.put(ci)
+	if c.subsChanged {
+		c.subsChanged = false
+		s.registry.put(ci)
+	}
 }
 
 func (s *Server) lookupConn(id string) *conn {

@@ -30,6 +30,9 @@ type Common struct {
 	// Replicas for streams and buckets this service creates (--replicas, env
 	// PILOTWIRE_REPLICAS, default 1; use 3 on a NATS cluster).
 	Replicas int
+	// Profiling serves pprof on the HTTP address (--enable-profiling, env
+	// ENABLE_PROFILING as Istio, default true).
+	Profiling bool
 }
 
 // AddFlags registers the common flags on fs, with defaults taken from the
@@ -40,6 +43,7 @@ func (c *Common) AddFlags(fs *pflag.FlagSet, defaultHTTP string) {
 	fs.StringVar(&c.HTTPAddr, "http-addr", EnvString("PILOTWIRE_HTTP_ADDR", defaultHTTP), "address for /healthz, /readyz and /metrics (env PILOTWIRE_HTTP_ADDR)")
 	fs.StringVar(&c.LogLevel, "log-level", EnvString("PILOTWIRE_LOG_LEVEL", "info"), "log level: debug, info, warn, error (env PILOTWIRE_LOG_LEVEL)")
 	fs.StringVar(&c.LogFormat, "log-format", EnvString("PILOTWIRE_LOG_FORMAT", "text"), "log format: text or json (env PILOTWIRE_LOG_FORMAT)")
+	fs.BoolVar(&c.Profiling, "enable-profiling", EnvBool("ENABLE_PROFILING", true), "serve Go profiles on /debug/pprof/ of --http-addr (env ENABLE_PROFILING)")
 	fs.IntVar(&c.Replicas, "replicas", EnvInt("PILOTWIRE_REPLICAS", 1), "replicas of the streams and buckets this service creates (env PILOTWIRE_REPLICAS)")
 }
 

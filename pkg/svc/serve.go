@@ -33,6 +33,9 @@ func Serve(ctx context.Context, c Common, component string, run func(ctx context
 	}
 	d := Deps{Log: log, Reg: NewRegistry(), Health: &Health{}}
 	d.HTTP = NewHTTPServer(c.HTTPAddr, d.Reg, d.Health, log)
+	if c.Profiling {
+		d.HTTP.EnableProfiling()
+	}
 	if err := d.HTTP.Listen(); err != nil {
 		return err
 	}

@@ -2,11 +2,15 @@ package ingest
 
 import (
 	"errors"
+	"fmt"
+	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
 
 	"github.com/pilotwire/pilotwire/pkg/svc"
+	"github.com/pilotwire/pilotwire/services/ingest/kubesource"
 )
 
 // Defaults.
@@ -18,21 +22,63 @@ const (
 	// DefaultFileDebounce is how long a manifest file must stay quiet
 	// before it is read again.
 	DefaultFileDebounce = 100 * time.Millisecond
+	// DefaultKubeClientQPS and DefaultKubeClientBurst limit each cluster's
+	// API clients.
+	DefaultKubeClientQPS   = 50
+	DefaultKubeClientBurst = 100
 )
 
 // Config is the ingest service's configuration, read once by AddFlags.
+//
+// Sources: the file source runs when ConfigDir is set; the Kubernetes
+// source runs when Kubeconfig, InCluster or Clusters is set. Both may run
+// at once, each owning its own cluster ids.
 type Config struct {
 	svc.Common
 	// ConfigDir is the directory of manifests to publish (--config-dir,
-	// env PILOTWIRE_CONFIG_DIR; required).
+	// env PILOTWIRE_CONFIG_DIR).
 	ConfigDir string
-	// ClusterID is the cluster every record belongs to (--cluster-id, env
-	// PILOTWIRE_CLUSTER_ID, default "Kubernetes"). One ingest owns one
-	// cluster id: at start it deletes the cluster's objects its source lacks.
+	// ClusterID is the config cluster's id (--cluster-id, env
+	// PILOTWIRE_CLUSTER_ID, default "Kubernetes", Istio's CLUSTER_ID): the
+	// cluster of --kubeconfig or --in-cluster, and of the file source
+	// unless FileClusterID says otherwise. Whoever owns a cluster id
+	// deletes, at start, that cluster's objects its source lacks.
 	ClusterID string
+	// FileClusterID is the file source's cluster id (--file-cluster-id, env
+	// PILOTWIRE_FILE_CLUSTER_ID, default ClusterID). It must differ from
+	// every Kubernetes cluster id when both sources run.
+	FileClusterID string
 	// FileDebounce coalesces bursts of file events (--file-debounce, env
 	// PILOTWIRE_FILE_DEBOUNCE, default 100ms).
 	FileDebounce time.Duration
+
+	// Kubeconfig is the config cluster's kubeconfig file (--kubeconfig, env
+	// PILOTWIRE_KUBECONFIG; its current context is used).
+	Kubeconfig string
+	// InCluster makes the cluster ingest runs in the config cluster, through
+	// its pod's service account (--in-cluster, env PILOTWIRE_IN_CLUSTER).
+	InCluster bool
+	// Clusters are more clusters, each "ID=KUBECONFIG" (--cluster,
+	// repeatable; env PILOTWIRE_CLUSTERS, comma-separated).
+	Clusters []string
+	// ClusterSecretsNamespace is where the config cluster's multicluster
+	// Secrets (label istio/multiCluster=true, one kubeconfig per data key
+	// named by cluster id) are watched (--cluster-secrets-namespace, env
+	// PILOTWIRE_CLUSTER_SECRETS_NAMESPACE, default istio-system; "" turns
+	// it off).
+	ClusterSecretsNamespace string
+	// EnableGatewayAPI watches the Kubernetes Gateway API kinds
+	// (--enable-gateway-api, env PILOT_ENABLE_GATEWAY_API, default true).
+	EnableGatewayAPI bool
+	// ClusterSyncTimeout is how long readiness waits for a cluster to sync
+	// (--cluster-sync-timeout, env PILOT_REMOTE_CLUSTER_TIMEOUT, default
+	// 30s). A cluster that misses it is reported and keeps trying.
+	ClusterSyncTimeout time.Duration
+	// KubeClientQPS and KubeClientBurst limit each cluster's API clients
+	// (--kube-client-qps, env PILOTWIRE_KUBE_CLIENT_QPS, default 50;
+	// --kube-client-burst, env PILOTWIRE_KUBE_CLIENT_BURST, default 100).
+	KubeClientQPS   float32
+	KubeClientBurst int
 }
 
 // AddFlags registers the service's flags on fs, defaults taken from the
@@ -42,16 +88,85 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.ConfigDir, "config-dir", svc.EnvString("PILOTWIRE_CONFIG_DIR", ""),
 		"directory of Kubernetes manifests (*.yaml, *.yml, *.json, recursively) to publish (env PILOTWIRE_CONFIG_DIR)")
 	fs.StringVar(&c.ClusterID, "cluster-id", svc.EnvString("PILOTWIRE_CLUSTER_ID", DefaultClusterID),
-		"cluster id recorded with every object (env PILOTWIRE_CLUSTER_ID)")
+		"id of the config cluster (--kubeconfig, --in-cluster), and of the file source unless --file-cluster-id (env PILOTWIRE_CLUSTER_ID)")
+	fs.StringVar(&c.FileClusterID, "file-cluster-id", svc.EnvString("PILOTWIRE_FILE_CLUSTER_ID", ""),
+		"cluster id of the file source's objects (default --cluster-id) (env PILOTWIRE_FILE_CLUSTER_ID)")
 	fs.DurationVar(&c.FileDebounce, "file-debounce", svc.EnvDuration("PILOTWIRE_FILE_DEBOUNCE", DefaultFileDebounce),
 		"quiet time before a changed manifest file is read again (env PILOTWIRE_FILE_DEBOUNCE)")
+	fs.StringVar(&c.Kubeconfig, "kubeconfig", svc.EnvString("PILOTWIRE_KUBECONFIG", ""),
+		"kubeconfig of the config cluster, whose id is --cluster-id (env PILOTWIRE_KUBECONFIG)")
+	fs.BoolVar(&c.InCluster, "in-cluster", svc.EnvBool("PILOTWIRE_IN_CLUSTER", false),
+		"watch the cluster ingest runs in, as the config cluster (env PILOTWIRE_IN_CLUSTER)")
+	fs.StringArrayVar(&c.Clusters, "cluster", envList("PILOTWIRE_CLUSTERS"),
+		"another cluster to watch, as ID=KUBECONFIG; repeatable (env PILOTWIRE_CLUSTERS, comma-separated)")
+	fs.StringVar(&c.ClusterSecretsNamespace, "cluster-secrets-namespace", svc.EnvString("PILOTWIRE_CLUSTER_SECRETS_NAMESPACE", kubesource.DefaultSecretNamespace),
+		`namespace of the config cluster's multicluster Secrets (label istio/multiCluster=true); "" to ignore them (env PILOTWIRE_CLUSTER_SECRETS_NAMESPACE)`)
+	fs.BoolVar(&c.EnableGatewayAPI, "enable-gateway-api", svc.EnvBool("PILOT_ENABLE_GATEWAY_API", true),
+		"watch the Kubernetes Gateway API kinds (env PILOT_ENABLE_GATEWAY_API)")
+	fs.DurationVar(&c.ClusterSyncTimeout, "cluster-sync-timeout", svc.EnvDuration("PILOT_REMOTE_CLUSTER_TIMEOUT", kubesource.DefaultSyncTimeout),
+		"how long readiness waits for a cluster to sync; a cluster that misses it is reported and keeps trying (env PILOT_REMOTE_CLUSTER_TIMEOUT)")
+	fs.Float32Var(&c.KubeClientQPS, "kube-client-qps", float32(svc.EnvInt("PILOTWIRE_KUBE_CLIENT_QPS", DefaultKubeClientQPS)),
+		"queries per second of each cluster's API clients (env PILOTWIRE_KUBE_CLIENT_QPS)")
+	fs.IntVar(&c.KubeClientBurst, "kube-client-burst", svc.EnvInt("PILOTWIRE_KUBE_CLIENT_BURST", DefaultKubeClientBurst),
+		"burst of each cluster's API clients (env PILOTWIRE_KUBE_CLIENT_BURST)")
+}
+
+// envList splits a comma-separated environment variable.
+func envList(name string) []string {
+	var out []string
+	for _, s := range strings.Split(os.Getenv(name), ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// FileSource reports whether the file source runs.
+func (c *Config) FileSource() bool { return c.ConfigDir != "" }
+
+// KubeSource reports whether the Kubernetes source runs.
+func (c *Config) KubeSource() bool { return c.Kubeconfig != "" || c.InCluster || len(c.Clusters) > 0 }
+
+// ConfigClusterSet reports whether a config cluster (--kubeconfig or
+// --in-cluster) is named.
+func (c *Config) ConfigClusterSet() bool { return c.Kubeconfig != "" || c.InCluster }
+
+// fileClusterID is the file source's cluster id.
+func (c *Config) fileClusterID() string {
+	if c.FileClusterID != "" {
+		return c.FileClusterID
+	}
+	return c.ClusterID
+}
+
+// KubeCluster is one --cluster flag, parsed.
+type KubeCluster struct {
+	ID         string
+	Kubeconfig string
+}
+
+// KubeClusters parses the --cluster flags.
+func (c *Config) KubeClusters() ([]KubeCluster, error) {
+	var out []KubeCluster
+	var errs []error
+	for _, s := range c.Clusters {
+		id, path, ok := strings.Cut(s, "=")
+		id, path = strings.TrimSpace(id), strings.TrimSpace(path)
+		if !ok || id == "" || path == "" {
+			errs = append(errs, fmt.Errorf("--cluster %q: want ID=KUBECONFIG", s))
+			continue
+		}
+		out = append(out, KubeCluster{ID: id, Kubeconfig: path})
+	}
+	return out, errors.Join(errs...)
 }
 
 // Validate reports configuration errors.
 func (c *Config) Validate() error {
 	var errs []error
-	if c.ConfigDir == "" {
-		errs = append(errs, errors.New("--config-dir (PILOTWIRE_CONFIG_DIR) is required"))
+	if !c.FileSource() && !c.KubeSource() {
+		errs = append(errs, errors.New("no source: set --config-dir (PILOTWIRE_CONFIG_DIR), or --kubeconfig, --in-cluster or --cluster, or both"))
 	}
 	if c.ClusterID == "" {
 		errs = append(errs, errors.New("--cluster-id must not be empty"))
@@ -59,8 +174,87 @@ func (c *Config) Validate() error {
 	if c.FileDebounce < 0 {
 		errs = append(errs, errors.New("--file-debounce must not be negative"))
 	}
+	if c.Kubeconfig != "" && c.InCluster {
+		errs = append(errs, errors.New("--kubeconfig and --in-cluster both name the config cluster; set one"))
+	}
+	if c.ClusterSyncTimeout < 0 {
+		errs = append(errs, errors.New("--cluster-sync-timeout must not be negative"))
+	}
+	clusters, err := c.KubeClusters()
+	if err != nil {
+		errs = append(errs, err)
+	}
+	// Every cluster id has one owner.
+	owner := make(map[string]string)
+	claim := func(id, who string) {
+		if prev, ok := owner[id]; ok {
+			errs = append(errs, fmt.Errorf("cluster id %q is claimed by both %s and %s (ids must be unique; see --file-cluster-id)", id, prev, who))
+			return
+		}
+		owner[id] = who
+	}
+	if c.FileSource() {
+		claim(c.fileClusterID(), "the file source")
+	}
+	if c.ConfigClusterSet() {
+		claim(c.ClusterID, "the config cluster (--kubeconfig/--in-cluster)")
+	}
+	for _, kc := range clusters {
+		claim(kc.ID, "--cluster "+kc.ID)
+	}
 	if _, err := c.Names(); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// kubeClusters loads the static clusters' configs (reads the kubeconfig
+// files).
+func (c *Config) kubeClusters() ([]kubesource.ClusterConfig, error) {
+	var out []kubesource.ClusterConfig
+	qps, burst := c.kubeQPS(), c.kubeBurst()
+	limit := func(kc kubesource.ClusterConfig) kubesource.ClusterConfig {
+		kc.Config.QPS, kc.Config.Burst = qps, burst
+		return kc
+	}
+	switch {
+	case c.Kubeconfig != "":
+		cfg, err := kubesource.LoadKubeconfig(c.Kubeconfig)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, limit(kubesource.ClusterConfig{ID: c.ClusterID, Config: cfg, Origin: kubesource.OriginFlag}))
+	case c.InCluster:
+		cfg, err := kubesource.InClusterConfig()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, limit(kubesource.ClusterConfig{ID: c.ClusterID, Config: cfg, Origin: kubesource.OriginInCluster}))
+	}
+	clusters, err := c.KubeClusters()
+	if err != nil {
+		return nil, err
+	}
+	for _, kc := range clusters {
+		cfg, err := kubesource.LoadKubeconfig(kc.Kubeconfig)
+		if err != nil {
+			return nil, fmt.Errorf("--cluster %s: %w", kc.ID, err)
+		}
+		out = append(out, limit(kubesource.ClusterConfig{ID: kc.ID, Config: cfg, Origin: kubesource.OriginFlag}))
+	}
+	return out, nil
+}
+
+func (c *Config) kubeQPS() float32 {
+	if c.KubeClientQPS > 0 {
+		return c.KubeClientQPS
+	}
+	return DefaultKubeClientQPS
+}
+
+func (c *Config) kubeBurst() int {
+	if c.KubeClientBurst > 0 {
+		return c.KubeClientBurst
+	}
+	return DefaultKubeClientBurst
 }

@@ -2,7 +2,8 @@
 // every add, update and delete as a change record on the CHANGES stream, the
 // durable history every other pilotwire service reads.
 //
-// This version reads a directory of manifests (package filesource); a
-// Kubernetes informer source will feed the same publisher (package publish).
-// Run wires them; cmd/ingest is the binary.
+// Two sources feed the same publisher (package publish, one per cluster
+// id): a directory of manifests (package filesource) and live Kubernetes
+// clusters (package kubesource). Run wires whichever the Config enables;
+// cmd/ingest is the binary.
 package ingest

@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -11,17 +14,35 @@ import (
 
 	"github.com/pilotwire/pilotwire/pkg/svc"
 	"github.com/pilotwire/pilotwire/services/ingest/filesource"
+	"github.com/pilotwire/pilotwire/services/ingest/kubesource"
 	"github.com/pilotwire/pilotwire/services/ingest/publish"
 )
 
-// Run runs the ingest service until ctx ends: it reads what the CHANGES
-// stream holds for the cluster (retrying until NATS answers), publishes the
-// difference with the config dir, marks health ready and logs "ingest
-// ready", then publishes every change of the directory. It returns nil when
-// ctx ends. health may be nil.
-func Run(ctx context.Context, cfg Config, js jetstream.JetStream, log *slog.Logger, reg prometheus.Registerer, health *svc.Health) error {
+// Option adjusts Run.
+type Option func(*runOptions)
+
+type runOptions struct {
+	http *svc.HTTPServer
+}
+
+// WithHTTP mounts ingest's debug endpoints on srv: /debug/clusterz lists
+// the Kubernetes clusters and their sync state, as JSON.
+func WithHTTP(srv *svc.HTTPServer) Option { return func(o *runOptions) { o.http = srv } }
+
+// Run runs the ingest service until ctx ends. Each source (the config dir,
+// the Kubernetes clusters) reads what the CHANGES stream holds for its
+// cluster ids (retrying until NATS answers), publishes the difference with
+// what it sees, then follows changes. Health turns ready, and the log says
+// "ingest ready", once every source has: the file source its initial scan,
+// the Kubernetes source every cluster synced or past its sync timeout.
+// It returns nil when ctx ends. health may be nil.
+func Run(ctx context.Context, cfg Config, js jetstream.JetStream, log *slog.Logger, reg prometheus.Registerer, health *svc.Health, opts ...Option) error {
 	if err := cfg.Validate(); err != nil {
 		return err
+	}
+	var ro runOptions
+	for _, o := range opts {
+		o(&ro)
 	}
 	names, err := cfg.Names()
 	if err != nil {
@@ -30,45 +51,189 @@ func Run(ctx context.Context, cfg Config, js jetstream.JetStream, log *slog.Logg
 	if health == nil {
 		health = &svc.Health{}
 	}
-	health.SetNotReady("reading the change stream")
-	pub, err := publish.New(js, publish.Options{
-		Cluster:    cfg.ClusterID,
-		Names:      names,
-		Stream:     cfg.StreamOptions(),
-		Log:        log,
-		Registerer: reg,
-	})
-	if err != nil {
-		return err
+	ready := &readiness{health: health, pending: make(map[string]string), onReady: func() {
+		id := cfg.ClusterID
+		if !cfg.ConfigClusterSet() && cfg.FileSource() {
+			id = cfg.fileClusterID()
+		}
+		log.Info("ingest ready", "cluster", id, "config_dir", cfg.ConfigDir, "kube_clusters", len(cfg.Clusters)+btoi(cfg.ConfigClusterSet()))
+	}}
+
+	type starter func(ctx context.Context) error
+	var sources []starter
+
+	if cfg.FileSource() {
+		id := cfg.fileClusterID()
+		ready.set("files", "reading the change stream")
+		pub, err := publish.New(js, publish.Options{
+			Cluster:    id,
+			Names:      names,
+			Stream:     cfg.StreamOptions(),
+			Log:        log,
+			Registerer: clusterRegisterer(reg, id),
+		})
+		if err != nil {
+			return err
+		}
+		src, err := filesource.New(pub, filesource.Options{
+			Dir:        cfg.ConfigDir,
+			Debounce:   cfg.FileDebounce,
+			Log:        log,
+			Registerer: reg,
+		})
+		if err != nil {
+			return err
+		}
+		sources = append(sources, func(ctx context.Context) error {
+			if err := startPublisher(ctx, pub, log, func(r string) { ready.set("files", r) }); err != nil {
+				return nil // ctx ended
+			}
+			ready.set("files", "publishing the initial scan")
+			err := src.Run(ctx, func(res publish.Result) {
+				log.Info("file source ready", "cluster", id, "config_dir", cfg.ConfigDir,
+					"published", res.Published, "unchanged", res.Unchanged, "rejected", res.Rejected)
+				ready.set("files", "")
+			})
+			if err != nil {
+				return fmt.Errorf("file source: %w", err)
+			}
+			return nil
+		})
 	}
-	src, err := filesource.New(pub, filesource.Options{
-		Dir:        cfg.ConfigDir,
-		Debounce:   cfg.FileDebounce,
-		Log:        log,
-		Registerer: reg,
-	})
-	if err != nil {
-		return err
+
+	if cfg.KubeSource() {
+		clusters, err := cfg.kubeClusters()
+		if err != nil {
+			return err
+		}
+		ko := kubesource.Options{
+			Clusters:         clusters,
+			EnableGatewayAPI: cfg.EnableGatewayAPI,
+			SyncTimeout:      cfg.ClusterSyncTimeout,
+			SecretNamespace:  cfg.ClusterSecretsNamespace,
+			ClientQPS:        cfg.kubeQPS(),
+			ClientBurst:      cfg.kubeBurst(),
+			Publish:          publish.Options{Names: names, Stream: cfg.StreamOptions()},
+			Log:              log,
+			Registerer:       reg,
+		}
+		if cfg.FileSource() {
+			ko.ReservedIDs = []string{cfg.fileClusterID()}
+		}
+		if cfg.ConfigClusterSet() && cfg.ClusterSecretsNamespace != "" {
+			ko.ConfigCluster = cfg.ClusterID
+		}
+		ks, err := kubesource.New(js, ko)
+		if err != nil {
+			return err
+		}
+		if ro.http != nil {
+			ro.http.Handle("/debug/clusterz", ks)
+		}
+		ready.set("kubernetes", "syncing Kubernetes clusters (see /debug/clusterz)")
+		sources = append(sources, func(ctx context.Context) error {
+			return ks.Run(ctx, func(st []kubesource.ClusterStatus) {
+				var synced, late []string
+				for _, s := range st {
+					if s.State == kubesource.StateSynced {
+						synced = append(synced, s.ID)
+					} else {
+						late = append(late, s.ID)
+					}
+				}
+				if len(late) > 0 {
+					log.Warn("Kubernetes source ready without clusters that did not sync in time (they keep trying; see /debug/clusterz)",
+						"synced", synced, "not_synced", late, "timeout", ko.SyncTimeout)
+				}
+				log.Info("kubernetes source ready", "cluster", cfg.ClusterID, "synced", synced, "not_synced", late)
+				ready.set("kubernetes", "")
+			})
+		})
 	}
-	if err := startPublisher(ctx, pub, log, health); err != nil {
-		return nil // ctx ended
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	errc := make(chan error, len(sources))
+	for _, run := range sources {
+		wg.Go(func() {
+			if err := run(ctx); err != nil {
+				errc <- err
+				cancel()
+			}
+		})
 	}
-	health.SetNotReady("publishing the initial scan")
-	err = src.Run(ctx, func(res publish.Result) {
-		health.SetReady()
-		log.Info("ingest ready", "cluster", cfg.ClusterID, "config_dir", cfg.ConfigDir,
-			"published", res.Published, "unchanged", res.Unchanged, "rejected", res.Rejected)
-	})
-	if err != nil {
+	wg.Wait()
+	close(errc)
+	if err := <-errc; err != nil {
 		health.SetNotReady(err.Error())
-		return fmt.Errorf("file source: %w", err)
+		return err
 	}
 	return nil
 }
 
+// clusterRegisterer labels a publisher's metrics with its cluster id, so
+// that several publishers (one per cluster) share one registry.
+func clusterRegisterer(reg prometheus.Registerer, cluster string) prometheus.Registerer {
+	if reg == nil {
+		return nil
+	}
+	return prometheus.WrapRegistererWith(prometheus.Labels{"cluster": cluster}, reg)
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// readiness is ready when every part is.
+type readiness struct {
+	// set at construction
+	health  *svc.Health
+	onReady func() // called once, the first time every part is ready
+
+	mu      sync.Mutex
+	pending map[string]string // part → why it is not ready; guarded by mu
+	fired   bool              // guarded by mu
+}
+
+// set records a part's state: reason "" is ready.
+func (r *readiness) set(part, reason string) {
+	r.mu.Lock()
+	if reason == "" {
+		delete(r.pending, part)
+	} else {
+		r.pending[part] = reason
+	}
+	r.mu.Unlock()
+	r.check()
+}
+
+// check publishes the combined state to health.
+func (r *readiness) check() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.pending) > 0 {
+		parts := make([]string, 0, len(r.pending))
+		for p, why := range r.pending {
+			parts = append(parts, p+": "+why)
+		}
+		slices.Sort(parts)
+		r.health.SetNotReady(strings.Join(parts, "; "))
+		return
+	}
+	r.health.SetReady()
+	if !r.fired {
+		r.fired = true
+		r.onReady()
+	}
+}
+
 // startPublisher retries Start with backoff: NATS or the stream may not be
 // there yet. It returns an error only when ctx ends.
-func startPublisher(ctx context.Context, pub *publish.Publisher, log *slog.Logger, health *svc.Health) error {
+func startPublisher(ctx context.Context, pub *publish.Publisher, log *slog.Logger, notReady func(string)) error {
 	wait := 500 * time.Millisecond
 	for {
 		err := pub.Start(ctx)
@@ -78,7 +243,7 @@ func startPublisher(ctx context.Context, pub *publish.Publisher, log *slog.Logge
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		health.SetNotReady("reading the change stream: " + err.Error())
+		notReady("reading the change stream: " + err.Error())
 		log.Warn("cannot read the change stream, retrying", "err", err, "backoff", wait)
 		t := time.NewTimer(wait)
 		select {

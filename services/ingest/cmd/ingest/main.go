@@ -1,5 +1,6 @@
-// Command ingest publishes Kubernetes objects from a directory of manifests
-// to pilotwire's CHANGES stream. See package ingest.
+// Command ingest publishes Kubernetes objects, from a directory of manifests,
+// from live clusters, or both, to pilotwire's CHANGES stream. See package
+// ingest.
 package main
 
 import (
@@ -20,7 +21,7 @@ func newCommand() *cobra.Command {
 	var cfg ingest.Config
 	cmd := &cobra.Command{
 		Use:           "ingest",
-		Short:         "Publish Kubernetes manifests from a directory to the pilotwire change stream",
+		Short:         "Publish Kubernetes objects (a manifest directory, live clusters, or both) to the pilotwire change stream",
 		Args:          cobra.NoArgs,
 		SilenceUsage:  true,
 		SilenceErrors: true, // svc.Main prints the error
@@ -64,7 +65,7 @@ func run(ctx context.Context, cfg ingest.Config) error {
 	health.SetNotReady("connecting to NATS")
 	nc, js, err := svc.Connect(ctx, cfg.NATSURL, "pilotwire-ingest", log)
 	if err == nil {
-		err = ingest.Run(ctx, cfg, js, log, reg, health)
+		err = ingest.Run(ctx, cfg, js, log, reg, health, ingest.WithHTTP(srv))
 		nc.Close()
 	} else if ctx.Err() != nil {
 		err = nil // stopped before NATS answered

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -63,5 +64,14 @@ func TestCommandRejectsMissingConfigDir(t *testing.T) {
 	cmd.SetArgs([]string{})
 	if err := cmd.ExecuteContext(t.Context()); err == nil {
 		t.Fatal("command without --config-dir succeeded")
+	}
+}
+
+func TestCommandRejectsBadClusterFlag(t *testing.T) {
+	cmd := newCommand()
+	cmd.SetArgs([]string{"--cluster", "west"})
+	err := cmd.ExecuteContext(t.Context())
+	if err == nil || !strings.Contains(err.Error(), "want ID=KUBECONFIG") {
+		t.Fatalf("command with --cluster west: %v, want a format error", err)
 	}
 }

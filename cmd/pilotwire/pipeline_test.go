@@ -39,8 +39,9 @@ type pipeline struct {
 
 // pipelineOptions tune startPipeline.
 type pipelineOptions struct {
-	frontends       int           // ADS frontends (default 1), named fe-0, fe-1, ...
-	frontendTimeout time.Duration // pusher's; default 6 s
+	frontends       int                  // ADS frontends (default 1), named fe-0, fe-1, ...
+	frontendTimeout time.Duration        // pusher's; default 6 s
+	ingest          func(*ingest.Config) // adjusts ingest's config (e.g. adds Kubernetes clusters)
 }
 
 // startPipeline runs ingest (watching dir), debouncer, pusher and one ads
@@ -81,7 +82,11 @@ func startPipeline(t *testing.T, dir string, opts ...pipelineOptions) *pipeline 
 	}
 	errs = make(chan error, 3+o.frontends)
 	start("ingest", func(ctx context.Context, d svc.Deps) error {
-		return ingest.Run(ctx, ingest.Config{Common: common, ConfigDir: dir, ClusterID: "Kubernetes", FileDebounce: 20 * time.Millisecond}, d.JS, d.Log, d.Reg, d.Health)
+		cfg := ingest.Config{Common: common, ConfigDir: dir, ClusterID: "Kubernetes", FileDebounce: 20 * time.Millisecond}
+		if o.ingest != nil {
+			o.ingest(&cfg)
+		}
+		return ingest.Run(ctx, cfg, d.JS, d.Log, d.Reg, d.Health)
 	})
 	start("debouncer", func(ctx context.Context, d svc.Deps) error {
 		cfg := debounce.DefaultConfig()

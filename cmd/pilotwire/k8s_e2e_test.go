@@ -1,0 +1,126 @@
+package main
+
+import (
+	"context"
+	"testing"
+
+	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	resource "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+
+	"github.com/pilotwire/pilotwire/pkg/k8stest"
+	"github.com/pilotwire/pilotwire/services/ingest"
+)
+
+// TestKubernetesClustersMergeEndpoints runs the pipeline on two real
+// kube-apiservers as two clusters (--kubeconfig east, --cluster west). The
+// echo Service exists in both; a raw ADS client gets one load assignment
+// holding the ready endpoints of both clusters, and follows changes in
+// either.
+func TestKubernetesClustersMergeEndpoints(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end test against real kube-apiservers")
+	}
+	east, west := k8stest.Start(t), k8stest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
+	defer cancel()
+	kubeEast, kubeWest := kubeClient(t, east), kubeClient(t, west)
+	for _, kc := range []struct {
+		kube kubernetes.Interface
+		addr string
+	}{{kubeEast, "10.244.0.11"}, {kubeWest, "10.245.0.21"}} {
+		if _, err := kc.kube.CoreV1().Services("default").Create(ctx, echoService(), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := kc.kube.DiscoveryV1().EndpointSlices("default").Create(ctx, echoSliceObject(kc.addr), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	p := startPipeline(t, "", pipelineOptions{ingest: func(c *ingest.Config) {
+		c.ConfigDir = ""
+		c.ClusterID = "east"
+		c.Kubeconfig = east.Kubeconfig
+		c.Clusters = []string{"west=" + west.Kubeconfig}
+		c.EnableGatewayAPI = true
+		c.ClusterSecretsNamespace = "istio-system" // the binary's default: watched, empty
+	}})
+	c := newADSClient(ctx, t, p.adsAddr)
+
+	const echoCluster = "outbound|8080||echo.default.svc.cluster.local"
+	c.request(resource.ClusterType)
+	eds := c.request(resource.EndpointType, echoCluster)
+	got := lbAddrs(decode(t, eds, func() *endpoint.ClusterLoadAssignment { return &endpoint.ClusterLoadAssignment{} })[echoCluster])
+	if diff := cmp.Diff([]string{"10.244.0.11:9080", "10.245.0.21:9080"}, got); diff != "" {
+		t.Fatalf("echo endpoints from two clusters (-want +got):\n%s", diff)
+	}
+
+	// A change in west alone reaches the client as EDS.
+	sl, err := kubeWest.DiscoveryV1().EndpointSlices("default").Get(ctx, "echo-1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sl.Endpoints = append(sl.Endpoints, echoSliceObject("10.245.0.22").Endpoints...)
+	if _, err := kubeWest.DiscoveryV1().EndpointSlices("default").Update(ctx, sl, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eds = c.recv(resource.EndpointType)
+	c.ack(eds, echoCluster)
+	got = lbAddrs(decode(t, eds, func() *endpoint.ClusterLoadAssignment { return &endpoint.ClusterLoadAssignment{} })[echoCluster])
+	if diff := cmp.Diff([]string{"10.244.0.11:9080", "10.245.0.21:9080", "10.245.0.22:9080"}, got); diff != "" {
+		t.Errorf("echo endpoints after west scaled up (-want +got):\n%s", diff)
+	}
+
+	// East's slice goes away: only west's endpoints remain.
+	if err := kubeEast.DiscoveryV1().EndpointSlices("default").Delete(ctx, "echo-1", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eds = c.recv(resource.EndpointType)
+	got = lbAddrs(decode(t, eds, func() *endpoint.ClusterLoadAssignment { return &endpoint.ClusterLoadAssignment{} })[echoCluster])
+	if diff := cmp.Diff([]string{"10.245.0.21:9080", "10.245.0.22:9080"}, got); diff != "" {
+		t.Errorf("echo endpoints after east's slice was deleted (-want +got):\n%s", diff)
+	}
+}
+
+func kubeClient(t *testing.T, c *k8stest.Cluster) kubernetes.Interface {
+	t.Helper()
+	kube, err := kubernetes.NewForConfig(c.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kube
+}
+
+func echoService() *corev1.Service {
+	return &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "echo", Namespace: "default"},
+		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{
+			{Name: "grpc", Port: 8080, TargetPort: intstr.FromInt32(9080), Protocol: corev1.ProtocolTCP},
+		}},
+	}
+}
+
+// echoSliceObject is echo's slice with one ready endpoint per address.
+// Loopback addresses are refused by EndpointSlice validation, hence
+// 10.244/10.245.
+func echoSliceObject(addrs ...string) *discoveryv1.EndpointSlice {
+	sl := &discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Name: "echo-1", Namespace: "default", Labels: map[string]string{discoveryv1.LabelServiceName: "echo"}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("grpc"), Port: ptr.To[int32](9080)}},
+	}
+	for _, a := range addrs {
+		sl.Endpoints = append(sl.Endpoints, discoveryv1.Endpoint{
+			Addresses:  []string{a},
+			Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)},
+			Zone:       ptr.To("zone-a"),
+		})
+	}
+	return sl
+}

@@ -48,7 +48,13 @@ func toEvent(data []byte, seq uint64, idx *endpointIndex) (debounce.Event, *pb.C
 		ev.Full = idx.apply(rec.GetCluster(), ref.GetNamespace(), ref.GetName(), sl, rec.GetOp() == pb.Op_OP_DELETE)
 	case ref.GetGroup() == "" && ref.GetKind() == "Service":
 		ev.Reason = ReasonService
-	case ref.GetGroup() == "" && (ref.GetKind() == "Pod" || ref.GetKind() == "Node" || ref.GetKind() == "Namespace"):
+	case ref.GetGroup() == "" && (ref.GetKind() == "Pod" || ref.GetKind() == "Node"):
+		// Like Istio's proxy updates: they concern the proxies on that pod
+		// or node, not every proxy, so they are not full pushes; the pusher
+		// scopes them.
+		ev.Full = false
+		ev.Reason = ReasonProxy
+	case ref.GetGroup() == "" && ref.GetKind() == "Namespace":
 		ev.Reason = ReasonProxy
 	}
 	ev.ConfigKeys = []debounce.ConfigKey{key}
@@ -115,29 +121,33 @@ func newEndpointIndex() *endpointIndex {
 func (x *endpointIndex) apply(cluster, ns, name string, sl slice, deleted bool) bool {
 	id := sliceID{cluster, ns, name}
 	old, had := x.slices[id]
-	if had {
-		x.services[svcID{cluster, ns, old.service}]--
-		if x.services[svcID{cluster, ns, old.service}] <= 0 {
-			delete(x.services, svcID{cluster, ns, old.service})
-		}
-		delete(x.slices, id)
-	}
 	if deleted {
-		// The service's last slice gone: its endpoints vanish.
+		if !had {
+			return true // unknown (e.g. before a restart): be conservative
+		}
+		x.remove(id, old)
 		_, still := x.services[svcID{cluster, ns, old.service}]
-		return !had || !still
+		return !still // the service's last slice gone: its endpoints vanish
+	}
+	if had && old.service == sl.service {
+		x.slices[id] = sl
+		return old.ports != sl.ports
+	}
+	if had {
+		x.remove(id, old) // the slice moved to another service
 	}
 	svc := svcID{cluster, ns, sl.service}
 	first := x.services[svc] == 0
 	x.slices[id] = sl
 	x.services[svc]++
-	switch {
-	case first:
-		return true // the service's first endpoints
-	case !had:
-		return false // one more slice of a service with endpoints
-	default:
-		return old.ports != sl.ports || old.service != sl.service
+	return first || had
+}
+
+func (x *endpointIndex) remove(id sliceID, old slice) {
+	delete(x.slices, id)
+	s := svcID{id.cluster, id.ns, old.service}
+	if x.services[s]--; x.services[s] <= 0 {
+		delete(x.services, s)
 	}
 }
 

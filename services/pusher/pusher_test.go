@@ -28,6 +28,8 @@ const testTimeout = 30 * time.Second
 
 var names, _ = bus.NewNames("pw")
 
+var zeroTime time.Time
+
 // fakeFrontend is a real NATS participant standing in for an ADS frontend:
 // it registers connections and a heartbeat, records every order it gets, and
 // answers with PushDone unless told to stay silent.

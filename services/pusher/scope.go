@@ -11,10 +11,22 @@ import (
 // needsPush decides, as Istio's ProxyNeedsPush, whether a request can
 // affect a connection. A full push reaches every connection; an
 // endpoint-only push reaches connections that watch the load assignment of
-// one of the changed services (or all load assignments).
+// one of the changed services (or all load assignments). Pod and Node
+// changes (Istio's proxy updates) change no generated resource yet, so they
+// reach no one.
 func needsPush(ci *pb.ConnectionInfo, r *request) bool {
 	if r.full {
 		return true
+	}
+	endpointKeys := false
+	for _, k := range r.keys {
+		if k.GetKind() != "Pod" && k.GetKind() != "Node" {
+			endpointKeys = true
+			break
+		}
+	}
+	if !endpointKeys {
+		return false
 	}
 	for _, w := range ci.GetWatches() {
 		if w.GetTypeUrl() != resource.EndpointType {
@@ -24,7 +36,11 @@ func needsPush(ci *pb.ConnectionInfo, r *request) bool {
 			return true
 		}
 		for _, k := range r.keys {
-			if k.GetKind() != "Service" {
+			switch k.GetKind() {
+			case "Pod", "Node":
+				continue
+			case "Service":
+			default:
 				// Unknown endpoint key: cannot scope it.
 				return true
 			}

@@ -85,6 +85,12 @@ type Config struct {
 // environment.
 func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	c.Common.AddFlags(fs, DefaultHTTPAddr)
+	c.AddSourceFlags(fs)
+}
+
+// AddSourceFlags registers the flags of the sources only (svc.Command adds
+// the common ones).
+func (c *Config) AddSourceFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.ConfigDir, "config-dir", svc.EnvString("PILOTWIRE_CONFIG_DIR", ""),
 		"directory of Kubernetes manifests (*.yaml, *.yml, *.json, recursively) to publish (env PILOTWIRE_CONFIG_DIR)")
 	fs.StringVar(&c.ClusterID, "cluster-id", svc.EnvString("PILOTWIRE_CLUSTER_ID", DefaultClusterID),

@@ -22,7 +22,8 @@ import (
 )
 
 type upConfig struct {
-	ConfigDir string
+	ConfigDir  string
+	Kubeconfig string
 	ADSAddr   string
 	HTTPAddr  string
 	DataDir   string
@@ -44,10 +45,18 @@ one ads frontend as separate processes on loopback. Ctrl-C stops everything.
 Each service serves /healthz, /readyz and /metrics: up itself on --http-addr,
 then ingest, debouncer, pusher and ads on the next four ports.`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return runUp(cmd.Context(), c) },
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			// With a cluster to watch, the example directory is only
+			// served when asked for.
+			if c.Kubeconfig != "" && !cmd.Flags().Changed("config-dir") {
+				c.ConfigDir = ""
+			}
+			return runUp(cmd.Context(), c)
+		},
 	}
 	fs := cmd.Flags()
 	fs.StringVar(&c.ConfigDir, "config-dir", "deploy/examples", "directory of Kubernetes YAML manifests to serve")
+	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "also watch the Kubernetes cluster of this kubeconfig (cluster id Kubernetes; manifests of --config-dir then get cluster id files)")
 	fs.StringVar(&c.ADSAddr, "ads-addr", "127.0.0.1:15010", "gRPC ADS address of the frontend")
 	fs.StringVar(&c.HTTPAddr, "http-addr", "127.0.0.1:9090", "health/metrics address of up; services take the next four ports")
 	fs.StringVar(&c.DataDir, "data-dir", ".data", "JetStream storage directory")
@@ -77,8 +86,10 @@ func runUp(ctx context.Context, c upConfig) error {
 		}
 		c.BinDir = filepath.Dir(exe)
 	}
-	if _, err := os.Stat(c.ConfigDir); err != nil {
-		return fmt.Errorf("config dir: %w", err)
+	if c.ConfigDir != "" {
+		if _, err := os.Stat(c.ConfigDir); err != nil {
+			return fmt.Errorf("config dir: %w", err)
+		}
 	}
 	host, portStr, err := net.SplitHostPort(c.HTTPAddr)
 	if err != nil {
@@ -107,7 +118,7 @@ func runUp(ctx context.Context, c upConfig) error {
 		name string
 		args []string
 	}{
-		{"ingest", append(common(1), "--config-dir", c.ConfigDir)},
+		{"ingest", append(common(1), ingestArgs(c)...)},
 		{"debouncer", common(2)},
 		{"pusher", common(3)},
 		{"ads", append(common(4), "--ads-addr", c.ADSAddr)},
@@ -145,7 +156,7 @@ func runUp(ctx context.Context, c upConfig) error {
 		fmt.Printf("%-9s ready  http://%s (pid %d)\n", ch.name, ch.http, ch.cmd.Process.Pid)
 	}
 	health.SetReady()
-	fmt.Printf("pilotwire up: ADS on %s, watching %s, health on http://%s/readyz\n", c.ADSAddr, c.ConfigDir, httpAddr(0))
+	fmt.Printf("pilotwire up: ADS on %s, watching %s, health on http://%s/readyz\n", c.ADSAddr, watching(c), httpAddr(0))
 
 	// Run until Ctrl-C or until a service dies.
 	cases := make(chan string, len(children))
@@ -210,4 +221,29 @@ func stopChildren(children []*child, log *slog.Logger) {
 		}
 		t.Stop()
 	}
+}
+
+// ingestArgs are the source flags of the ingest child.
+func ingestArgs(c upConfig) []string {
+	var args []string
+	if c.ConfigDir != "" {
+		args = append(args, "--config-dir", c.ConfigDir)
+	}
+	if c.Kubeconfig != "" {
+		args = append(args, "--kubeconfig", c.Kubeconfig)
+		if c.ConfigDir != "" {
+			args = append(args, "--file-cluster-id", "files")
+		}
+	}
+	return args
+}
+
+func watching(c upConfig) string {
+	switch {
+	case c.ConfigDir != "" && c.Kubeconfig != "":
+		return c.ConfigDir + " and the cluster of " + c.Kubeconfig
+	case c.Kubeconfig != "":
+		return "the cluster of " + c.Kubeconfig
+	}
+	return c.ConfigDir
 }

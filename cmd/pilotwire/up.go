@@ -24,13 +24,13 @@ import (
 type upConfig struct {
 	ConfigDir  string
 	Kubeconfig string
-	ADSAddr   string
-	HTTPAddr  string
-	DataDir   string
-	NATSAddr  string
-	Prefix    string
-	BinDir    string
-	LogLevel  string
+	ADSAddr    string
+	HTTPAddr   string
+	DataDir    string
+	NATSAddr   string
+	Prefix     string
+	BinDir     string
+	LogLevel   string
 }
 
 func newUpCmd() *cobra.Command {

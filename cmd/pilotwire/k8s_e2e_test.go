@@ -4,7 +4,9 @@ import (
 	"context"
 	"testing"
 
+	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	resource "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
@@ -54,7 +56,7 @@ func TestKubernetesClustersMergeEndpoints(t *testing.T) {
 	c := newADSClient(ctx, t, p.adsAddr)
 
 	const echoCluster = "outbound|8080||echo.default.svc.cluster.local"
-	c.request(resource.ClusterType)
+	cds := c.request(resource.ClusterType)
 	eds := c.request(resource.EndpointType, echoCluster)
 	got := lbAddrs(decode(t, eds, func() *endpoint.ClusterLoadAssignment { return &endpoint.ClusterLoadAssignment{} })[echoCluster])
 	if diff := cmp.Diff([]string{"10.244.0.11:9080", "10.245.0.21:9080"}, got); diff != "" {
@@ -85,6 +87,44 @@ func TestKubernetesClustersMergeEndpoints(t *testing.T) {
 	got = lbAddrs(decode(t, eds, func() *endpoint.ClusterLoadAssignment { return &endpoint.ClusterLoadAssignment{} })[echoCluster])
 	if diff := cmp.Diff([]string{"10.245.0.21:9080", "10.245.0.22:9080"}, got); diff != "" {
 		t.Errorf("echo endpoints after east's slice was deleted (-want +got):\n%s", diff)
+	}
+	c.ack(eds, echoCluster)
+
+	// A Service created, changed and deleted in west reaches the client as
+	// CDS (the whole set each time, in state of the world).
+	const kubeCluster = "outbound|443||kubernetes.default.svc.cluster.local" // the apiserver's own Service
+	clustersOf := func(r *discovery.DiscoveryResponse) []string {
+		return keys(decode(t, r, func() *cluster.Cluster { return &cluster.Cluster{} }))
+	}
+	web := echoService()
+	web.Name = "web"
+	if _, err := kubeWest.CoreV1().Services("default").Create(ctx, web, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cds = c.recv(resource.ClusterType)
+	c.ack(cds)
+	if diff := cmp.Diff([]string{kubeCluster, echoCluster, "outbound|8080||web.default.svc.cluster.local"}, clustersOf(cds)); diff != "" {
+		t.Errorf("clusters after web was created (-want +got):\n%s", diff)
+	}
+	web, err = kubeWest.CoreV1().Services("default").Get(ctx, "web", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	web.Spec.Ports[0].Port = 8081
+	if _, err := kubeWest.CoreV1().Services("default").Update(ctx, web, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cds = c.recv(resource.ClusterType)
+	c.ack(cds)
+	if diff := cmp.Diff([]string{kubeCluster, echoCluster, "outbound|8081||web.default.svc.cluster.local"}, clustersOf(cds)); diff != "" {
+		t.Errorf("clusters after web's port changed (-want +got):\n%s", diff)
+	}
+	if err := kubeWest.CoreV1().Services("default").Delete(ctx, "web", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cds = c.recv(resource.ClusterType)
+	if diff := cmp.Diff([]string{kubeCluster, echoCluster}, clustersOf(cds)); diff != "" {
+		t.Errorf("clusters after web was deleted (-want +got):\n%s", diff)
 	}
 }
 

@@ -56,7 +56,7 @@ func TestKubernetesClustersMergeEndpoints(t *testing.T) {
 	c := newADSClient(ctx, t, p.adsAddr)
 
 	const echoCluster = "outbound|8080||echo.default.svc.cluster.local"
-	cds := c.request(resource.ClusterType)
+	c.request(resource.ClusterType)
 	eds := c.request(resource.EndpointType, echoCluster)
 	got := lbAddrs(decode(t, eds, func() *endpoint.ClusterLoadAssignment { return &endpoint.ClusterLoadAssignment{} })[echoCluster])
 	if diff := cmp.Diff([]string{"10.244.0.11:9080", "10.245.0.21:9080"}, got); diff != "" {
@@ -101,7 +101,7 @@ func TestKubernetesClustersMergeEndpoints(t *testing.T) {
 	if _, err := kubeWest.CoreV1().Services("default").Create(ctx, web, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	cds = c.recv(resource.ClusterType)
+	cds := c.recv(resource.ClusterType)
 	c.ack(cds)
 	if diff := cmp.Diff([]string{kubeCluster, echoCluster, "outbound|8080||web.default.svc.cluster.local"}, clustersOf(cds)); diff != "" {
 		t.Errorf("clusters after web was created (-want +got):\n%s", diff)

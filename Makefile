@@ -8,7 +8,7 @@ STATICCHECK_VERSION := v0.8.2
 GOBIN := $(shell $(GO) env GOPATH)/bin
 TEST_TIMEOUT ?= 15m
 
-.PHONY: help build run test test-short proto proto-check lint vet tidy-check tools k8s-binaries bench clean
+.PHONY: help build run test test-short proto proto-check lint vet tidy-check tools k8s-binaries bench bench-full bench-go clean
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -61,7 +61,13 @@ test: proto-check lint tidy-check build k8s-binaries ## run every check and test
 test-short: k8s-binaries ## unit tests only (-short), with -race
 	$(GO) test -race -short -count=1 $(addsuffix /...,$(addprefix ./,$(MODULES)))
 
-bench: ## run the benchmarks of the hot paths
+bench: build ## pilotwire vs go-control-plane, quick profile (1000 proxies, mesh 100x10; ~3 min)
+	$(BIN)/pilotwire bench
+
+bench-full: build ## pilotwire vs go-control-plane, the whole matrix (100/1000/5000 proxies, 100x10 and 1000x10)
+	$(BIN)/pilotwire bench --proxies 100,1000,5000 --mesh 100x10,1000x10 --rounds 1 --warmup 0
+
+bench-go: ## run the Go benchmarks of the hot paths
 	$(GO) test -run '^$$' -bench . -benchmem $(addsuffix /...,$(addprefix ./,$(MODULES)))
 
 clean: ## remove build output and the default data dir

@@ -1,0 +1,113 @@
+package runner
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/pilotwire/pilotwire/pkg/bus"
+	"github.com/pilotwire/pilotwire/pkg/natsembed"
+)
+
+// RecordsLab measures ingest and replay with bin/ingest and bin/ads on a
+// NATS server embedded in this process.
+func (p *Procs) RecordsLab() (RecordsLab, error) {
+	port, err := freePorts(1)
+	if err != nil {
+		return nil, err
+	}
+	ns, err := natsembed.Start(natsembed.Options{Addr: addr(port), StoreDir: filepath.Join(p.WorkDir, "records-nats")})
+	if err != nil {
+		return nil, err
+	}
+	nc, err := nats.Connect(ns.URL())
+	if err != nil {
+		ns.Shutdown()
+		return nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		ns.Shutdown()
+		return nil, err
+	}
+	return &procLab{p: p, ns: ns, nc: nc, js: js}, nil
+}
+
+type procLab struct {
+	p    *Procs
+	ns   *natsembed.Server
+	nc   *nats.Conn
+	js   jetstream.JetStream
+	once sync.Once // Close
+}
+
+func (l *procLab) Ingest(ctx context.Context, prefix, dir string) (IngestRun, error) {
+	port, err := freePorts(1)
+	if err != nil {
+		return IngestRun{}, err
+	}
+	start := time.Now()
+	pr, err := l.p.start(l.p.next("ingest-"+prefix), filepath.Join(l.p.BinDir, "ingest"), nil,
+		"--nats-url", l.ns.URL(), "--prefix", prefix, "--http-addr", addr(port), "--config-dir", dir, "--log-level", "warn")
+	if err != nil {
+		return IngestRun{}, err
+	}
+	err = waitReady(ctx, pr, "http://"+addr(port)+"/readyz", 5*time.Minute)
+	ready := time.Since(start)
+	stopErr := pr.stop(30 * time.Second)
+	if err != nil {
+		return IngestRun{}, err
+	}
+	if stopErr != nil {
+		return IngestRun{}, stopErr
+	}
+	names, err := bus.NewNames(prefix)
+	if err != nil {
+		return IngestRun{}, err
+	}
+	s, err := l.js.Stream(ctx, names.ChangesStream())
+	if err != nil {
+		return IngestRun{}, fmt.Errorf("stream %s: %w", names.ChangesStream(), err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		return IngestRun{}, err
+	}
+	return IngestRun{Ready: ready, Records: int(info.State.Msgs), First: info.State.FirstTime, Last: info.State.LastTime}, nil
+}
+
+func (l *procLab) Replay(ctx context.Context, prefix string) (time.Duration, error) {
+	port, err := freePorts(2)
+	if err != nil {
+		return 0, err
+	}
+	name := l.p.next("replay-" + prefix)
+	start := time.Now()
+	pr, err := l.p.start(name, filepath.Join(l.p.BinDir, "ads"), nil,
+		"--nats-url", l.ns.URL(), "--prefix", prefix, "--http-addr", addr(port), "--ads-addr", addr(port+1),
+		"--frontend-id", name, "--record-deliveries=false", "--drain-duration", "0s", "--log-level", "warn")
+	if err != nil {
+		return 0, err
+	}
+	err = waitReady(ctx, pr, "http://"+addr(port)+"/readyz", 5*time.Minute)
+	ready := time.Since(start)
+	stopErr := pr.stop(30 * time.Second)
+	if err != nil {
+		return 0, err
+	}
+	return ready, stopErr
+}
+
+func (l *procLab) Close() error {
+	l.once.Do(func() {
+		l.nc.Close()
+		l.ns.Shutdown()
+	})
+	return nil
+}

@@ -8,25 +8,26 @@ import (
 
 // metrics of one frontend, named like Istio's where Istio has the same thing.
 type metrics struct {
-	connections    *prometheus.GaugeVec
-	pushes         *prometheus.CounterVec
-	rejects        *prometheus.CounterVec
-	expiredNonce   *prometheus.CounterVec
-	sendErrors     *prometheus.CounterVec
-	badRequests    *prometheus.CounterVec
-	badRecords     prometheus.Counter
-	appliedSeq     prometheus.Gauge
-	orders         *prometheus.CounterVec
-	ordersDropped  prometheus.Counter
-	responseBytes  *prometheus.CounterVec
-	registryErrors prometheus.Counter
-	deliveryDrops  prometheus.Counter
-	admitRejects   prometheus.Counter
-	convergence    prometheus.Histogram
-	pushTime       *prometheus.HistogramVec
-	sendTime       prometheus.Histogram
-	configSize     *prometheus.HistogramVec
-	deferred       *prometheus.CounterVec
+	connections     *prometheus.GaugeVec
+	pushes          *prometheus.CounterVec
+	rejects         *prometheus.CounterVec
+	expiredNonce    *prometheus.CounterVec
+	sendErrors      *prometheus.CounterVec
+	badRequests     *prometheus.CounterVec
+	badRecords      prometheus.Counter
+	appliedSeq      prometheus.Gauge
+	orders          *prometheus.CounterVec
+	ordersDropped   prometheus.Counter
+	responseBytes   *prometheus.CounterVec
+	registryErrors  prometheus.Counter
+	deliveryDrops   prometheus.Counter
+	admitRejects    prometheus.Counter
+	convergence     prometheus.Histogram
+	pushTime        *prometheus.HistogramVec
+	sendTime        prometheus.Histogram
+	configSize      *prometheus.HistogramVec
+	deferred        *prometheus.CounterVec
+	reregistrations prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -96,12 +97,15 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		deferred: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pilotwire_ads_pushes_deferred_total", Help: "Pushes held back because the proxy had not answered the previous response of the type, by type.",
 		}, []string{"type"}),
+		reregistrations: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pilotwire_ads_reregistrations_total", Help: "Times this frontend found its registry entry removed (timed out by a pusher) and registered its connections again.",
+		}),
 	}
 	marshals := prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "pilotwire_xds_marshals_total", Help: "xDS resources marshalled (once per resource version, shared by every proxy).",
 	}, func() float64 { return float64(xdsgen.Marshals()) })
 	reg.MustRegister(marshals, m.connections, m.pushes, m.rejects, m.expiredNonce, m.sendErrors, m.badRequests,
 		m.badRecords, m.appliedSeq, m.orders, m.ordersDropped, m.responseBytes, m.registryErrors,
-		m.deliveryDrops, m.admitRejects, m.convergence, m.pushTime, m.sendTime, m.configSize, m.deferred)
+		m.deliveryDrops, m.admitRejects, m.convergence, m.pushTime, m.sendTime, m.configSize, m.deferred, m.reregistrations)
 	return m
 }

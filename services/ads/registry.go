@@ -2,6 +2,7 @@ package ads
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"time"
@@ -27,6 +28,7 @@ type registry struct {
 	notify    chan struct{}
 	connCount func() int
 	applied   func() uint64
+	all       func() []*pb.ConnectionInfo // every connection's latest view
 
 	// guarded by mu
 	mu       sync.Mutex
@@ -57,25 +59,52 @@ func (r *registry) setDraining() {
 // run heartbeats and flushes until ctx ends, then removes this frontend's
 // keys so the pusher forgets it at once.
 func (r *registry) run(ctx context.Context) {
+	// Heartbeats have their own goroutine: a long flush of connection
+	// entries (thousands of connections opening at once) must never delay
+	// them, or the pusher would declare this frontend dead.
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		r.heartbeats(ctx)
+	}()
 	t := time.NewTicker(r.interval)
 	defer t.Stop()
-	r.heartbeat(ctx)
 	for {
 		select {
 		case <-ctx.Done():
+			wg.Wait()
 			r.flush(context.Background())
 			r.deregister()
 			return
 		case <-r.notify:
 			r.flush(ctx)
 		case <-t.C:
-			r.heartbeat(ctx)
 			r.flush(ctx) // retries failed writes
 		}
 	}
 }
 
-func (r *registry) heartbeat(ctx context.Context) {
+func (r *registry) heartbeats(ctx context.Context) {
+	t := time.NewTicker(r.interval)
+	defer t.Stop()
+	var rev uint64
+	for {
+		rev = r.heartbeat(ctx, rev)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// heartbeat writes the frontend's entry by compare-and-set on the revision
+// it wrote last (0: first write) and returns the new revision. If someone
+// else changed or removed the entry (a pusher that timed this frontend out
+// deletes it with its connections), it writes it afresh and re-registers
+// every connection it holds, so the pusher knows them again.
+func (r *registry) heartbeat(ctx context.Context, rev uint64) uint64 {
 	r.mu.Lock()
 	fe := proto.Clone(r.fe).(*pb.FrontendInfo)
 	fe.Draining = r.draining
@@ -84,13 +113,40 @@ func (r *registry) heartbeat(ctx context.Context) {
 	fe.Connections = int32(r.connCount())
 	fe.AppliedSeq = r.applied()
 	b, err := proto.Marshal(fe)
-	if err == nil {
-		_, err = r.kv.Put(ctx, bus.FrontendKey(fe.GetId()), b)
+	if err != nil {
+		r.log.Error("marshal heartbeat", "err", err)
+		return rev
 	}
-	if err != nil && ctx.Err() == nil {
-		r.metrics.registryErrors.Inc()
-		r.log.Warn("registry heartbeat", "err", err)
+	key := bus.FrontendKey(fe.GetId())
+	if rev != 0 {
+		nrev, err := r.kv.Update(ctx, key, b, rev)
+		if err == nil {
+			return nrev
+		}
+		if ctx.Err() != nil {
+			return rev
+		}
+		if !errors.Is(err, jetstream.ErrKeyRevisionMismatch) && !errors.Is(err, jetstream.ErrKeyNotFound) {
+			r.metrics.registryErrors.Inc()
+			r.log.Warn("registry heartbeat", "err", err)
+			return rev
+		}
+		conns := r.all()
+		r.log.Warn("registry entry removed or replaced (declared dead?): re-registering", "connections", len(conns))
+		r.metrics.reregistrations.Inc()
+		for _, ci := range conns {
+			r.put(ci)
+		}
 	}
+	nrev, err := r.kv.Put(ctx, key, b)
+	if err != nil {
+		if ctx.Err() == nil {
+			r.metrics.registryErrors.Inc()
+			r.log.Warn("registry heartbeat", "err", err)
+		}
+		return 0
+	}
+	return nrev
 }
 
 func (r *registry) flush(ctx context.Context) {

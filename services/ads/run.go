@@ -123,6 +123,7 @@ func Run(ctx context.Context, cfg Config, d svc.Deps) error {
 		dirty:     make(map[string]*pb.ConnectionInfo),
 		connCount: s.connCount,
 		applied:   gate.get,
+		all:       s.connInfos,
 	}
 
 	// The model first: no stream is served from a model that is behind the

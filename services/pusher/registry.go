@@ -108,6 +108,7 @@ func (p *Pusher) forgetFrontendLocked(fe string) []string {
 			gone = append(gone, id)
 		}
 	}
+	p.queues.drop(fe)
 	p.m.frontends.Set(float64(len(p.frontends)))
 	return gone
 }
@@ -165,7 +166,7 @@ func (p *Pusher) expireOrders() {
 	p.mu.Unlock()
 	for _, f := range timedOut {
 		p.m.doneTimeouts.Inc()
-		p.q.MarkDone(f.conn)
+		p.markDone(f.frontend, f.conn)
 		p.mu.Lock()
 		c := p.conns[f.conn]
 		if c != nil && !f.retried {
@@ -179,7 +180,6 @@ func (p *Pusher) expireOrders() {
 		}
 		p.mu.Unlock()
 	}
-	p.m.inFlight.Set(float64(p.q.InFlight()))
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) bool {

@@ -22,8 +22,9 @@ import (
 // Config of the pusher. Flags and env vars are in cmd/pusher.
 type Config struct {
 	svc.Common
-	// Throttle is the most connections processed at once
-	// (PILOT_PUSH_THROTTLE; default min(15+5*GOMAXPROCS, 100) as Istio).
+	// Throttle is the most connections processed at once per frontend
+	// (PILOT_PUSH_THROTTLE; default min(15+5*GOMAXPROCS, 100) as Istio,
+	// whose throttle is per istiod: the process that generates).
 	Throttle int
 	// Shard names this pusher's durable consumer; one active pusher per
 	// shard (default "0"). Sharding by frontend comes later.
@@ -54,7 +55,7 @@ type Pusher struct {
 	kv     jetstream.KeyValue
 	log    *slog.Logger
 	m      *metrics
-	q      *pushqueue.Queue[*request]
+	queues *frontendQueues // set before any goroutine starts
 	now    func() time.Time
 
 	// guarded by mu
@@ -129,7 +130,6 @@ func runActive(ctx context.Context, cfg Config, names bus.Names, pushes jetstrea
 		kv:          kv,
 		log:         d.Log.With("pusher", cfg.ID),
 		m:           m,
-		q:           pushqueue.New(pushqueue.Config{MaxInFlight: cfg.Throttle}, (*request).Merge),
 		now:         time.Now,
 		frontends:   make(map[string]*frontendState),
 		conns:       make(map[string]*connState),
@@ -178,15 +178,13 @@ func runActive(ctx context.Context, cfg Config, names bus.Names, pushes jetstrea
 	var wg sync.WaitGroup
 	bg, cancelBG := context.WithCancel(context.Background())
 	defer cancelBG()
+	p.queues = newFrontendQueues(bg, cfg.Throttle, p.dispatch)
 	start := func(f func(context.Context)) {
 		wg.Add(1)
 		go func() { defer wg.Done(); f(bg) }()
 	}
 	start(p.watchRegistry)
 	start(p.sweep)
-	dispatchDone := make(chan struct{})
-	wg.Add(1)
-	go func() { defer wg.Done(); defer close(dispatchDone); p.dispatch(bg) }()
 
 	it, err := cons.Messages(jetstream.PullMaxMessages(64))
 	if err != nil {
@@ -214,15 +212,17 @@ func runActive(ctx context.Context, cfg Config, names bus.Names, pushes jetstrea
 	it.Stop()
 	<-consumeDone
 	// Drain what is queued within the deadline, then stop.
-	p.q.ShutDown()
+	drained := p.queues.shutDown()
 	t := time.NewTimer(cfg.DrainTimeout)
 	select {
-	case <-dispatchDone:
+	case <-drained:
 	case <-t.C:
-		p.log.Warn("drain deadline passed", "queued", p.q.Len())
+		pending, inFlight := p.queues.totals()
+		p.log.Warn("drain deadline passed", "queued", pending, "in_flight", inFlight)
 	}
 	t.Stop()
 	cancelBG()
+	<-drained
 	wg.Wait()
 	return nil
 }
@@ -258,15 +258,33 @@ func (p *Pusher) handlePushRequest(msg jetstream.Msg) {
 		}
 	}
 	p.mu.Unlock()
-	p.m.queueLen.Set(float64(p.q.Len()))
+	p.updateQueueMetrics()
 	if err := msg.Ack(); err != nil {
 		p.log.Warn("ack push request", "err", err)
 	}
 }
 
 func (p *Pusher) enqueueLocked(conn string, r *request) {
+	c, ok := p.conns[conn]
+	if !ok {
+		return
+	}
 	p.queuedUntil[conn] = max(p.queuedUntil[conn], r.through)
-	p.q.Enqueue(conn, r)
+	p.queues.get(c.info.GetFrontend()).Enqueue(conn, r)
+}
+
+// markDone ends a connection's processing in its frontend's queue.
+func (p *Pusher) markDone(fe, conn string) {
+	if q := p.queues.lookup(fe); q != nil {
+		q.MarkDone(conn)
+	}
+	p.updateQueueMetrics()
+}
+
+func (p *Pusher) updateQueueMetrics() {
+	pending, inFlight := p.queues.totals()
+	p.m.queueLen.Set(float64(pending))
+	p.m.inFlight.Set(float64(inFlight))
 }
 
 // catchUpLocked queues a connection that is behind the latest sequence and
@@ -281,20 +299,20 @@ func (p *Pusher) catchUpLocked(conn string, c *connState) {
 // dispatch takes connections off the queue (the queue enforces the
 // throttle) and sends each its push order. Whatever else is ready at that
 // moment (up to MaxBatch) goes along, one PushOrderBatch per frontend.
-func (p *Pusher) dispatch(ctx context.Context) {
+func (p *Pusher) dispatch(ctx context.Context, q *pushqueue.Queue[*request]) {
 	batches := make(map[string]*pb.PushOrderBatch)
 	for {
-		conn, req, err := p.q.Dequeue(ctx)
+		conn, req, err := q.Dequeue(ctx)
 		if err != nil {
 			return
 		}
-		p.addOrder(batches, conn, req)
+		p.addOrder(q, batches, conn, req)
 		for range p.cfg.MaxBatch - 1 {
-			conn, req, ok := p.q.TryDequeue()
+			conn, req, ok := q.TryDequeue()
 			if !ok {
 				break
 			}
-			p.addOrder(batches, conn, req)
+			p.addOrder(q, batches, conn, req)
 		}
 		for subject, batch := range batches {
 			b, err := proto.Marshal(batch)
@@ -308,26 +326,25 @@ func (p *Pusher) dispatch(ctx context.Context) {
 			p.m.batchSize.Observe(float64(len(batch.Orders)))
 			delete(batches, subject)
 		}
-		p.m.inFlight.Set(float64(p.q.InFlight()))
-		p.m.queueLen.Set(float64(p.q.Len()))
+		p.updateQueueMetrics()
 	}
 }
 
 // addOrder records one dequeued connection as in flight and adds its order
 // to its frontend's batch.
-func (p *Pusher) addOrder(batches map[string]*pb.PushOrderBatch, conn string, req *request) {
+func (p *Pusher) addOrder(q *pushqueue.Queue[*request], batches map[string]*pb.PushOrderBatch, conn string, req *request) {
 	now := p.now()
 	p.m.queueTime.Observe(now.Sub(req.enqueued).Seconds())
 	p.mu.Lock()
 	c, ok := p.conns[conn]
 	if !ok {
 		p.mu.Unlock()
-		p.q.MarkDone(conn)
+		q.MarkDone(conn)
 		return
 	}
 	p.lastPushID++
 	id := p.lastPushID
-	p.inflight[id] = &inflight{conn: conn, req: req, deadline: now.Add(p.cfg.PushTimeout), retried: p.retry[conn]}
+	p.inflight[id] = &inflight{conn: conn, frontend: c.info.GetFrontend(), req: req, deadline: now.Add(p.cfg.PushTimeout), retried: p.retry[conn]}
 	subject := p.names.OrdersSubject(c.info.GetFrontend())
 	p.mu.Unlock()
 	batch, ok := batches[subject]
@@ -369,8 +386,7 @@ func (p *Pusher) handleDone(m *nats.Msg) {
 		p.queuedUntil[f.conn] = 0
 	}
 	p.mu.Unlock()
-	p.q.MarkDone(f.conn)
-	p.m.inFlight.Set(float64(p.q.InFlight()))
+	p.markDone(f.frontend, f.conn)
 	if d.GetResult() == pb.PushDone_FAILED {
 		p.mu.Lock()
 		if c := p.conns[f.conn]; c != nil && !f.retried {
@@ -382,9 +398,13 @@ func (p *Pusher) handleDone(m *nats.Msg) {
 }
 
 func (p *Pusher) forgetConnLocked(conn string) {
+	if c, ok := p.conns[conn]; ok {
+		if q := p.queues.lookup(c.info.GetFrontend()); q != nil {
+			q.Remove(conn)
+		}
+	}
 	delete(p.conns, conn)
 	delete(p.queuedUntil, conn)
 	delete(p.retry, conn)
-	p.q.Remove(conn)
 	p.m.connections.Set(float64(len(p.conns)))
 }

@@ -23,6 +23,7 @@ type connState struct {
 // inflight is one dispatched order awaiting its PushDone.
 type inflight struct {
 	conn     string
+	frontend string
 	req      *request
 	deadline time.Time
 	retried  bool

@@ -1,0 +1,92 @@
+package pusher
+
+import (
+	"context"
+	"sync"
+
+	"github.com/pilotwire/pilotwire/pkg/pushqueue"
+)
+
+// frontendQueues holds one push queue per frontend, each with its own
+// throttle and dispatcher. Istio's PILOT_PUSH_THROTTLE bounds the pushes one
+// istiod generates at once; here the frontend holding a connection
+// generates its pushes, so the throttle applies per frontend, and frontends
+// added to scale out add push capacity.
+type frontendQueues struct {
+	// set at construction
+	throttle int
+	run      func(ctx context.Context, q *pushqueue.Queue[*request]) // a dispatcher
+	ctx      context.Context
+
+	// guarded by mu
+	mu   sync.Mutex
+	byFE map[string]*pushqueue.Queue[*request]
+	wg   sync.WaitGroup // dispatchers
+}
+
+func newFrontendQueues(ctx context.Context, throttle int, run func(context.Context, *pushqueue.Queue[*request])) *frontendQueues {
+	return &frontendQueues{throttle: throttle, run: run, ctx: ctx, byFE: make(map[string]*pushqueue.Queue[*request])}
+}
+
+// get returns the frontend's queue, creating it and its dispatcher.
+func (fq *frontendQueues) get(fe string) *pushqueue.Queue[*request] {
+	fq.mu.Lock()
+	defer fq.mu.Unlock()
+	q, ok := fq.byFE[fe]
+	if !ok {
+		q = pushqueue.New(pushqueue.Config{MaxInFlight: fq.throttle}, (*request).Merge)
+		fq.byFE[fe] = q
+		fq.wg.Add(1)
+		go func() {
+			defer fq.wg.Done()
+			fq.run(fq.ctx, q)
+		}()
+	}
+	return q
+}
+
+// lookup returns the frontend's queue or nil.
+func (fq *frontendQueues) lookup(fe string) *pushqueue.Queue[*request] {
+	fq.mu.Lock()
+	defer fq.mu.Unlock()
+	return fq.byFE[fe]
+}
+
+// drop shuts a dead frontend's queue down; its dispatcher ends once what
+// it handed out is done or removed.
+func (fq *frontendQueues) drop(fe string) {
+	fq.mu.Lock()
+	q := fq.byFE[fe]
+	delete(fq.byFE, fe)
+	fq.mu.Unlock()
+	if q != nil {
+		q.ShutDown()
+	}
+}
+
+// shutDown stops every queue taking work and returns a channel closed when
+// every dispatcher has drained its queue.
+func (fq *frontendQueues) shutDown() <-chan struct{} {
+	fq.mu.Lock()
+	for _, q := range fq.byFE {
+		q.ShutDown()
+	}
+	fq.mu.Unlock()
+	done := make(chan struct{})
+	go func() {
+		fq.wg.Wait()
+		close(done)
+	}()
+	return done
+}
+
+// totals sums pending and in-flight connections over every queue.
+func (fq *frontendQueues) totals() (pending, inFlight int) {
+	fq.mu.Lock()
+	defer fq.mu.Unlock()
+	for _, q := range fq.byFE {
+		pending += q.Len()
+		inFlight += q.InFlight()
+	}
+	return pending, inFlight
+}

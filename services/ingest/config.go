@@ -21,7 +21,7 @@ const (
 	DefaultClusterID = "Kubernetes"
 	// DefaultFileDebounce is how long a manifest file must stay quiet
 	// before it is read again.
-	DefaultFileDebounce = 100 * time.Millisecond
+	DefaultFileDebounce = 25 * time.Millisecond
 	// DefaultKubeClientQPS and DefaultKubeClientBurst limit each cluster's
 	// API clients.
 	DefaultKubeClientQPS   = 50
@@ -49,7 +49,7 @@ type Config struct {
 	// every Kubernetes cluster id when both sources run.
 	FileClusterID string
 	// FileDebounce coalesces bursts of file events (--file-debounce, env
-	// PILOTWIRE_FILE_DEBOUNCE, default 100ms).
+	// PILOTWIRE_FILE_DEBOUNCE, default 25ms).
 	FileDebounce time.Duration
 
 	// Kubeconfig is the config cluster's kubeconfig file (--kubeconfig, env

@@ -36,7 +36,8 @@ type Options struct {
 	// Dir is the directory of manifests (required).
 	Dir string
 	// Debounce is how long a path must stay quiet before it is read again
-	// (default 100ms).
+	// (default 25ms: editors write in bursts well under it; a read that
+	// still catches a half-written file is corrected by the next event).
 	Debounce time.Duration
 	// MaxDelay caps the wait of a path that keeps changing (default 2s).
 	MaxDelay time.Duration
@@ -84,7 +85,7 @@ func New(sink Sink, o Options) (*Source, error) {
 		return nil, errors.New("file source: directory is required")
 	}
 	if o.Debounce <= 0 {
-		o.Debounce = 100 * time.Millisecond
+		o.Debounce = 25 * time.Millisecond
 	}
 	if o.MaxDelay <= 0 {
 		o.MaxDelay = 2 * time.Second

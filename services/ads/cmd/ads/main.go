@@ -23,7 +23,7 @@ func main() {
 	fs.StringVar(&cfg.TLSKey, "tls-key", svc.EnvString("PILOTWIRE_TLS_KEY", ""), "private key of --tls-cert (PEM; env PILOTWIRE_TLS_KEY)")
 	fs.StringVar(&cfg.ClientCA, "client-ca", svc.EnvString("PILOTWIRE_CLIENT_CA", ""), "require client certificates signed by this CA and check their SPIFFE identity against the node's namespace (env PILOTWIRE_CLIENT_CA)")
 	fs.StringVar(&cfg.TrustDomain, "trust-domain", svc.EnvString("PILOTWIRE_TRUST_DOMAIN", ""), "with --client-ca, the SPIFFE trust domain clients must have; empty accepts any (env PILOTWIRE_TRUST_DOMAIN)")
-	fs.Float64Var(&cfg.NewStreamRate, "new-stream-rate", float64(svc.EnvInt("PILOTWIRE_NEW_STREAM_RATE", 200)), "new xDS streams admitted per second; the rest get ResourceExhausted; 0 disables (env PILOTWIRE_NEW_STREAM_RATE)")
-	fs.IntVar(&cfg.NewStreamBurst, "new-stream-burst", svc.EnvInt("PILOTWIRE_NEW_STREAM_BURST", 500), "burst of new streams admitted at once (env PILOTWIRE_NEW_STREAM_BURST)")
+	fs.Float64Var(&cfg.NewStreamRate, "new-stream-rate", float64(svc.EnvInt("PILOTWIRE_NEW_STREAM_RATE", 1000)), "new xDS streams admitted per second; the rest get ResourceExhausted; 0 disables (env PILOTWIRE_NEW_STREAM_RATE)")
+	fs.IntVar(&cfg.NewStreamBurst, "new-stream-burst", svc.EnvInt("PILOTWIRE_NEW_STREAM_BURST", 1000), "burst of new streams admitted at once (env PILOTWIRE_NEW_STREAM_BURST)")
 	svc.Main(cmd)
 }

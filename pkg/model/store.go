@@ -125,6 +125,16 @@ func (s *Store) apply(rec *pb.ChangeRecord, seq uint64) error {
 	}
 }
 
+// sliceEndpoint is the part of an EndpointSlice endpoint the mesh reads.
+type sliceEndpoint struct {
+	Addresses  []string `json:"addresses"`
+	Conditions struct {
+		Ready *bool `json:"ready"`
+	} `json:"conditions"`
+	NodeName *string `json:"nodeName"`
+	Zone     *string `json:"zone"`
+}
+
 // decode parses an object according to its kind.
 func decode(key ObjectKey, raw []byte) (*entry, error) {
 	if t := bytes.TrimSpace(raw); len(t) == 0 || t[0] != '{' {
@@ -132,15 +142,38 @@ func decode(key ObjectKey, raw []byte) (*entry, error) {
 	}
 	switch {
 	case key.isService():
-		svc := new(corev1.Service)
-		if err := json.Unmarshal(raw, svc); err != nil {
+		// Only the fields the mesh reads are decoded: skipping the rest
+		// (metadata, status) is what makes replay fast. The whole object
+		// stays in the change stream.
+		var v struct {
+			Spec struct {
+				Type         corev1.ServiceType   `json:"type"`
+				ExternalName string               `json:"externalName"`
+				ClusterIP    string               `json:"clusterIP"`
+				Ports        []corev1.ServicePort `json:"ports"`
+			} `json:"spec"`
+		}
+		if err := json.Unmarshal(raw, &v); err != nil {
 			return nil, fmt.Errorf("decode Service: %w", err)
 		}
+		svc := &corev1.Service{Spec: corev1.ServiceSpec{Type: v.Spec.Type, ExternalName: v.Spec.ExternalName, ClusterIP: v.Spec.ClusterIP, Ports: v.Spec.Ports}}
 		return &entry{svc: svc}, nil
 	case key.isEndpointSlice():
-		sl := new(discoveryv1.EndpointSlice)
-		if err := json.Unmarshal(raw, sl); err != nil {
+		var v struct {
+			Metadata struct {
+				Labels map[string]string `json:"labels"`
+			} `json:"metadata"`
+			AddressType discoveryv1.AddressType    `json:"addressType"`
+			Ports       []discoveryv1.EndpointPort `json:"ports"`
+			Endpoints   []sliceEndpoint            `json:"endpoints"`
+		}
+		if err := json.Unmarshal(raw, &v); err != nil {
 			return nil, fmt.Errorf("decode EndpointSlice: %w", err)
+		}
+		sl := &discoveryv1.EndpointSlice{AddressType: v.AddressType, Ports: v.Ports, Endpoints: make([]discoveryv1.Endpoint, len(v.Endpoints))}
+		sl.Labels = v.Metadata.Labels
+		for i, e := range v.Endpoints {
+			sl.Endpoints[i] = discoveryv1.Endpoint{Addresses: e.Addresses, Conditions: discoveryv1.EndpointConditions{Ready: e.Conditions.Ready}, NodeName: e.NodeName, Zone: e.Zone}
 		}
 		return &entry{slice: sl}, nil
 	default:

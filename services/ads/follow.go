@@ -20,7 +20,8 @@ import (
 type seqGate struct {
 	mu      sync.Mutex
 	applied uint64
-	ch      chan struct{} // closed and replaced on every advance
+	waiters int           // goroutines blocked in wait
+	ch      chan struct{} // closed and replaced on an advance that has waiters
 }
 
 func newSeqGate() *seqGate { return &seqGate{ch: make(chan struct{})} }
@@ -29,8 +30,10 @@ func (g *seqGate) advance(seq uint64) {
 	g.mu.Lock()
 	if seq > g.applied {
 		g.applied = seq
-		close(g.ch)
-		g.ch = make(chan struct{})
+		if g.waiters > 0 { // replay applies thousands a second: wake only if needed
+			close(g.ch)
+			g.ch = make(chan struct{})
+		}
 	}
 	g.mu.Unlock()
 }
@@ -50,11 +53,19 @@ func (g *seqGate) wait(ctx context.Context, seq uint64) error {
 			return nil
 		}
 		ch := g.ch
+		g.waiters++
 		g.mu.Unlock()
+		var err error
 		select {
 		case <-ch:
 		case <-ctx.Done():
-			return fmt.Errorf("wait for change seq %d (applied %d): %w", seq, g.get(), ctx.Err())
+			err = ctx.Err()
+		}
+		g.mu.Lock()
+		g.waiters--
+		g.mu.Unlock()
+		if err != nil {
+			return fmt.Errorf("wait for change seq %d (applied %d): %w", seq, g.get(), err)
 		}
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -44,7 +43,7 @@ func TestRunFilesAndClusters(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "bookinfo.yaml"), []byte(manifests), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	dead := deadKubeconfig(t)
+	dead := k8stest.DeadKubeconfig(t)
 
 	var cfg ingest.Config
 	fs := pflag.NewFlagSet("ingest", pflag.ContinueOnError)
@@ -186,25 +185,3 @@ func TestKubeFlagsFromEnv(t *testing.T) {
 	}
 }
 
-// deadKubeconfig writes a kubeconfig whose server is a closed loopback port.
-func deadKubeconfig(t *testing.T) string {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := lis.Addr().String()
-	lis.Close()
-	path := filepath.Join(t.TempDir(), "dead.kubeconfig")
-	kc := `apiVersion: v1
-kind: Config
-clusters: [{name: dead, cluster: {server: "https://` + addr + `", insecure-skip-tls-verify: true}}]
-users: [{name: dead, user: {token: t0ken}}]
-contexts: [{name: dead, context: {cluster: dead, user: dead}}]
-current-context: dead
-`
-	if err := os.WriteFile(path, []byte(kc), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
-}

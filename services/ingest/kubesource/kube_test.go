@@ -2,9 +2,7 @@ package kubesource_test
 
 import (
 	"encoding/json"
-	"net"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -416,7 +414,7 @@ func testManyClusters(t *testing.T, a *k8stest.Cluster) {
 	}
 	createNamespace(t, kubeA, kubesource.DefaultSecretNamespace)
 
-	dead, err := kubesource.LoadKubeconfig(deadKubeconfig(t))
+	dead, err := kubesource.LoadKubeconfig(k8stest.DeadKubeconfig(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -494,28 +492,6 @@ func testManyClusters(t *testing.T, a *k8stest.Cluster) {
 	}
 }
 
-// deadKubeconfig writes a kubeconfig whose server is a closed loopback port.
-func deadKubeconfig(t *testing.T) string {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := lis.Addr().String()
-	lis.Close()
-	path := filepath.Join(t.TempDir(), "dead.kubeconfig")
-	kc := `apiVersion: v1
-kind: Config
-clusters: [{name: dead, cluster: {server: "https://` + addr + `", insecure-skip-tls-verify: true}}]
-users: [{name: dead, user: {token: t0ken}}]
-contexts: [{name: dead, context: {cluster: dead, user: dead}}]
-current-context: dead
-`
-	if err := os.WriteFile(path, []byte(kc), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
 
 // execKubeconfig would make ingest run a program: refused from a Secret.
 const execKubeconfig = `apiVersion: v1

@@ -184,4 +184,3 @@ func TestKubeFlagsFromEnv(t *testing.T) {
 		t.Errorf("config = %+v", cfg)
 	}
 }
-

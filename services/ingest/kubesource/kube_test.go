@@ -492,7 +492,6 @@ func testManyClusters(t *testing.T, a *k8stest.Cluster) {
 	}
 }
 
-
 // execKubeconfig would make ingest run a program: refused from a Secret.
 const execKubeconfig = `apiVersion: v1
 kind: Config

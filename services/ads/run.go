@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -108,6 +109,9 @@ func Run(ctx context.Context, cfg Config, d svc.Deps) error {
 		s.recorder = &recorder{js: d.JS, names: names, log: log, metrics: m, maxPending: 4096}
 	}
 	s.orders = newOrderRouter(d.NC, s, gate, log)
+	d.Reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "pilotwire_ads_order_batches_queued", Help: "Push order batches received and not yet dispatched to connections.",
+	}, func() float64 { return float64(len(s.orders.batches)) }))
 	s.registry = &registry{
 		kv: kv,
 		fe: &pb.FrontendInfo{

@@ -188,8 +188,6 @@ func (c *conn) finish() {
 	}
 }
 
-// handleRequest applies one client request. Only a protocol violation ends
-// the stream; the error is a gRPC status.
 // open reads the node of the first request; later requests may omit it.
 func (c *conn) open(node *core.Node) error {
 	if c.proxy != nil {
@@ -241,6 +239,8 @@ func (c *conn) requestType(t string) (string, error) {
 	return t, nil
 }
 
+// handleRequest applies one state-of-the-world request. Only a protocol
+// violation ends the stream; the error is a gRPC status.
 func (c *conn) handleRequest(req *discovery.DiscoveryRequest) error {
 	if err := c.open(req.GetNode()); err != nil {
 		return err

@@ -7,7 +7,10 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	"github.com/pilotwire/pilotwire/services/ingest/manifest"
 )
@@ -73,6 +76,31 @@ func readManifest(root, rel string, maxSize int64) readResult {
 	}
 	r.objs, r.errs = manifest.Parse(rel, data)
 	return r
+}
+
+// readAll reads and parses files in parallel (one worker per CPU: YAML
+// parsing dominates the initial scan) and returns the results in the order
+// of files.
+func readAll(root string, files []string, maxSize int64) []readResult {
+	out := make([]readResult, len(files))
+	workers := min(runtime.GOMAXPROCS(0), len(files))
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= len(files) {
+					return
+				}
+				out[i] = readManifest(root, files[i], maxSize)
+			}
+		}()
+	}
+	wg.Wait()
+	return out
 }
 
 // walk lists the manifest files at or below dir (relative to root, "" for

@@ -146,8 +146,8 @@ func (s *Source) initial(ctx context.Context) (publish.Result, error) {
 	}
 	var live map[string][]publish.LiveObject // by source file, read once if needed
 	updates := make(map[string]fileObjects, len(files))
-	for _, rel := range files {
-		rr := readManifest(s.root, rel, s.opts.MaxFileSize)
+	for i, rr := range readAll(s.root, files, s.opts.MaxFileSize) {
+		rel := files[i]
 		if rr.gone {
 			continue
 		}
@@ -298,8 +298,8 @@ func (s *Source) flush(ctx context.Context, now time.Time) error {
 	}
 	slices.Sort(files)
 	updates := make(map[string]fileObjects, len(files))
-	for _, rel := range files {
-		rr := readManifest(s.root, rel, s.opts.MaxFileSize)
+	for i, rr := range readAll(s.root, files, s.opts.MaxFileSize) {
+		rel := files[i]
 		prev, known := s.model.files[rel]
 		if rr.gone && !known {
 			continue

@@ -128,10 +128,10 @@ func NamespaceToken(ns string) string {
 
 // EscapeToken makes s one valid NATS subject token, reversibly: letters,
 // digits, '-' and '_' stay, every other byte becomes %XX. The empty string
-// becomes "%00" so that no token is empty.
+// becomes "%", which no other string escapes to, so that no token is empty.
 func EscapeToken(s string) string {
 	if s == "" {
-		return "%00"
+		return "%"
 	}
 	clean := true
 	for i := 0; i < len(s); i++ {
@@ -161,7 +161,7 @@ func EscapeToken(s string) string {
 
 // UnescapeToken reverses EscapeToken.
 func UnescapeToken(tok string) (string, error) {
-	if tok == "%00" {
+	if tok == "%" {
 		return "", nil
 	}
 	if !strings.Contains(tok, "%") {

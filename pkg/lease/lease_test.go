@@ -40,7 +40,7 @@ type instance struct {
 func run(t *testing.T, kv jetstream.KeyValue, holder string) *instance {
 	ctx, cancel := context.WithCancel(context.Background())
 	in := &instance{cancel: cancel, done: make(chan error, 1)}
-	e := &Elector{KV: kv, Key: "debouncer", Holder: holder, TTL: 600 * time.Millisecond, Log: slog.New(slog.DiscardHandler)}
+	e := &Elector{KV: kv, Key: "debouncer", Holder: holder, TTL: 1500 * time.Millisecond, Log: slog.New(slog.DiscardHandler)}
 	go func() {
 		in.done <- e.Run(ctx, func(ctx context.Context) error {
 			in.started.Add(1)
@@ -77,7 +77,7 @@ func TestOneActiveAndHandover(t *testing.T) {
 	// Never both, sampled over several renewal periods.
 	sample := time.NewTicker(5 * time.Millisecond)
 	defer sample.Stop()
-	for end := time.Now().Add(1500 * time.Millisecond); time.Now().Before(end); <-sample.C {
+	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); <-sample.C {
 		if a.active.Load() && b.active.Load() {
 			t.Fatal("both instances active")
 		}

@@ -234,24 +234,9 @@ func (r *readiness) check() {
 // startPublisher retries Start with backoff: NATS or the stream may not be
 // there yet. It returns an error only when ctx ends.
 func startPublisher(ctx context.Context, pub *publish.Publisher, log *slog.Logger, notReady func(string)) error {
-	wait := 500 * time.Millisecond
-	for {
-		err := pub.Start(ctx)
-		if err == nil {
-			return nil
-		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		notReady("reading the change stream: " + err.Error())
-		log.Warn("cannot read the change stream, retrying", "err", err, "backoff", wait)
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		case <-t.C:
-		}
-		wait = min(2*wait, 30*time.Second)
-	}
+	return svc.Retry(ctx, 500*time.Millisecond, 30*time.Second, func() error { return pub.Start(ctx) },
+		func(err error, wait time.Duration) {
+			notReady("reading the change stream: " + err.Error())
+			log.Warn("cannot read the change stream, retrying", "err", err, "backoff", wait)
+		})
 }

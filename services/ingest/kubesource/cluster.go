@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
+	"github.com/pilotwire/pilotwire/pkg/svc"
 	"github.com/pilotwire/pilotwire/services/ingest/publish"
 )
 
@@ -369,23 +370,8 @@ func (c *cluster) status() ClusterStatus {
 // startSink retries the sink's Start with backoff: NATS or the stream may
 // not be there yet. It returns an error only when ctx ends.
 func startSink(ctx context.Context, s Sink, log *slog.Logger) error {
-	wait := 500 * time.Millisecond
-	for {
-		err := s.Start(ctx)
-		if err == nil {
-			return nil
-		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		log.Warn("cannot read the change stream, retrying", "err", err, "backoff", wait)
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		case <-t.C:
-		}
-		wait = min(2*wait, 30*time.Second)
-	}
+	return svc.Retry(ctx, 500*time.Millisecond, 30*time.Second, func() error { return s.Start(ctx) },
+		func(err error, wait time.Duration) {
+			log.Warn("cannot read the change stream, retrying", "err", err, "backoff", wait)
+		})
 }

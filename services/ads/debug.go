@@ -63,7 +63,7 @@ type syncStatus struct {
 }
 
 func (s *Server) syncz(w http.ResponseWriter, _ *http.Request) {
-	var rows []syncStatus
+	rows := []syncStatus{}
 	for _, ci := range s.connInfos() {
 		r := syncStatus{ClusterID: ci.GetClusterId(), ProxyID: ci.GetNodeId(), ConnectionID: ci.GetConnId(),
 			ProxyType: ci.GetProxyType(), Frontend: ci.GetFrontend(), SyncedSeq: ci.GetSyncedSeq()}

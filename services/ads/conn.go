@@ -462,7 +462,6 @@ func (c *conn) respond(mesh *model.Mesh, w *watch, force bool, pushID uint64) (b
 	w.nonce = nonce
 	w.awaiting = true
 	w.sentVersion = r.version
-	w.sentNames = full.names
 	if incrementalSotW(w.typeURL) {
 		if r == full || w.sentRes == nil {
 			w.sentRes = make(map[string]string, len(full.names))

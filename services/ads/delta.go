@@ -98,6 +98,7 @@ func (w *watch) applyDelta(sub, unsub []string, first bool) bool {
 			w.names = append(w.names, n)
 		}
 		slices.Sort(w.names)
+		w.nameKey = ""
 	}
 	return changed
 }

@@ -1,6 +1,8 @@
 package ads
 
 import (
+	"sync"
+
 	resource "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/protobuf/types/known/anypb"
 
@@ -45,7 +47,10 @@ func incrementalSotW(typeURL string) bool {
 // emptyVersion is the version of a response with no resources.
 var emptyVersion = xdsgen.VersionOf(nil)
 
-// build generates the response for one watch from the mesh.
+// build generates the response for one watch from the mesh. Proxies that
+// watch the same names of the same generated set share one response: a
+// push to a thousand alike sidecars selects and hashes once, not a thousand
+// times. Responses are read-only.
 func (s *Server) build(m *model.Mesh, p *proxy, w *watch) (*response, error) {
 	if !w.wildcard && len(w.names) == 0 {
 		return &response{version: emptyVersion}, nil
@@ -54,6 +59,17 @@ func (s *Server) build(m *model.Mesh, p *proxy, w *watch) (*response, error) {
 	if err != nil {
 		return nil, err
 	}
+	key := respKey{set: set, wildcard: w.wildcard, names: w.namesKey()}
+	if r := s.responses.get(key); r != nil {
+		return r, nil
+	}
+	r := selectResponse(set, w)
+	s.responses.put(key, r)
+	return r, nil
+}
+
+// selectResponse builds the response of a watch from a generated set.
+func selectResponse(set *xdsgen.Set, w *watch) *response {
 	var rs []*xdsgen.Resource
 	var version string
 	if w.wildcard {
@@ -68,7 +84,39 @@ func (s *Server) build(m *model.Mesh, p *proxy, w *watch) (*response, error) {
 		r.versions[i] = x.Version
 		r.bytes += len(x.Any.GetValue())
 	}
-	return r, nil
+	return r
+}
+
+// respKey names a shared response: the generated set (immutable, so its
+// pointer names its content) and the watch's names.
+type respKey struct {
+	set      *xdsgen.Set
+	wildcard bool
+	names    string
+}
+
+// responseCache holds shared responses. It is cleared whole when it grows
+// past its bound: entries of older sets are then dropped with the rest.
+type responseCache struct {
+	mu sync.Mutex
+	m  map[respKey]*response
+}
+
+const responseCacheSize = 4096
+
+func (c *responseCache) get(k respKey) *response {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.m[k]
+}
+
+func (c *responseCache) put(k respKey, r *response) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil || len(c.m) >= responseCacheSize {
+		c.m = make(map[respKey]*response)
+	}
+	c.m[k] = r
 }
 
 func generatorOf(p *proxy) xdsgen.Generator {

@@ -31,6 +31,7 @@ type Server struct {
 	connSeq   atomic.Uint64
 	limiter   *rate.Limiter  // nil: no admission limit
 	identity  *identityCheck // nil: no TLS identity check
+	responses responseCache  // shared by connections with alike watches
 
 	// guarded by mu
 	mu    sync.RWMutex

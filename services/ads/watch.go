@@ -1,6 +1,7 @@
 package ads
 
 import (
+	"crypto/sha256"
 	"slices"
 
 	resource "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
@@ -41,10 +42,10 @@ type watch struct {
 	typeURL  string
 	wildcard bool
 	names    []string // sorted, deduplicated; ignored when wildcard
+	nameKey  string   // identifies names among watches; "" until computed
 	// last response
 	nonce       string
 	sentVersion string
-	sentNames   []string
 	genSeq      uint64 // model sequence of the last generation, sent or not
 	// state of the world EDS/RDS: version of each resource last sent, to
 	// push only what changed
@@ -86,6 +87,23 @@ func (w *watch) setNames(names []string, first bool) bool {
 	explicit = slices.Compact(explicit)
 	changed := wildcard != w.wildcard || !slices.Equal(explicit, w.names)
 	w.wildcard = wildcard
-	w.names = explicit
+	if changed {
+		w.names = explicit
+		w.nameKey = ""
+	}
 	return changed
+}
+
+// namesKey identifies the watch's names: equal names, equal keys. It is
+// computed once per subscription change.
+func (w *watch) namesKey() string {
+	if w.nameKey == "" && len(w.names) > 0 {
+		h := sha256.New()
+		for _, n := range w.names {
+			h.Write([]byte(n))
+			h.Write([]byte{0})
+		}
+		w.nameKey = string(h.Sum(nil))
+	}
+	return w.nameKey
 }

@@ -163,7 +163,9 @@ func TestAdmissionLimit(t *testing.T) {
 	first.send(&discovery.DiscoveryRequest{TypeUrl: resource.ClusterType})
 	first.recv()
 	second := dial(ctx, t, f.addr, sidecar())
-	second.send(&discovery.DiscoveryRequest{TypeUrl: resource.ClusterType})
+	// The server may refuse the stream before the request is sent: Send then
+	// returns io.EOF, and Recv carries the status.
+	_ = second.stream.Send(&discovery.DiscoveryRequest{TypeUrl: resource.ClusterType, Node: sidecar()})
 	if _, err := second.stream.Recv(); status.Code(err) != codes.ResourceExhausted {
 		t.Fatalf("second stream: %v, want ResourceExhausted", err)
 	}

@@ -202,8 +202,8 @@ func TestBurstBecomesAFewPushes(t *testing.T) {
 	}
 	prs := waitCovered(t, js, n)
 	checkExactlyOnce(t, prs, n)
-	if len(prs) > 5 {
-		t.Errorf("%d push requests for one 2 s burst, want a handful (<= 5)", len(prs))
+	if len(prs) > 10 {
+		t.Errorf("%d push requests for one 2 s burst, want a handful (<= 10)", len(prs))
 	}
 	last := prs[len(prs)-1]
 	if !last.GetFull() || last.GetReasons()["endpoint"] == 0 || last.GetReasons()["config"] == 0 {

@@ -96,7 +96,7 @@ func (s *Server) adsz(w http.ResponseWriter, _ *http.Request) {
 		Frontend    string            `json:"frontend"`
 		AppliedSeq  uint64            `json:"applied_seq"`
 		Connections []json.RawMessage `json:"connections"`
-	}{Frontend: s.id, AppliedSeq: s.store.AppliedSeq()}
+	}{Frontend: s.id, AppliedSeq: s.store.AppliedSeq(), Connections: []json.RawMessage{}}
 	for _, ci := range s.connInfos() {
 		b, err := protojson.Marshal(ci)
 		if err != nil {

@@ -346,6 +346,7 @@ func (c *conn) ack(w *watch, nonce, version string) {
 		return
 	}
 	w.ackedVersion = version
+	w.ackedAt = time.Now()
 	w.nackError = ""
 	c.s.record(c, pb.DeliveryRecord_ACK, w.typeURL, version, nonce, nil, 0, "")
 	c.s.updateConn(c)
@@ -460,6 +461,7 @@ func (c *conn) respond(mesh *model.Mesh, w *watch, force bool, pushID uint64) (b
 		return false, fmt.Errorf("send %s to %s: %w", shortType(w.typeURL), c.proxy.ID, err)
 	}
 	w.nonce = nonce
+	w.sentAt = time.Now()
 	w.awaiting = true
 	w.sentVersion = r.version
 	if incrementalSotW(w.typeURL) {
@@ -475,6 +477,14 @@ func (c *conn) respond(mesh *model.Mesh, w *watch, force bool, pushID uint64) (b
 	c.s.record(c, pb.DeliveryRecord_RESPONSE, w.typeURL, r.version, nonce, r.names, pushID, "")
 	c.log.Debug("sent", "type", shortType(w.typeURL), "version", r.version, "resources", len(r.resources), "seq", mesh.Seq)
 	return true, nil
+}
+
+// timestamp is t as a proto timestamp, nil when unset.
+func timestamp(t time.Time) *timestamppb.Timestamp {
+	if t.IsZero() {
+		return nil
+	}
+	return timestamppb.New(t)
 }
 
 // syncedSeq is the change-stream sequence every watched type reflects: the
@@ -518,6 +528,9 @@ func (c *conn) info() *pb.ConnectionInfo {
 			AckedVersion: w.ackedVersion,
 			SentVersion:  w.sentVersion,
 			NackError:    w.nackError,
+			Nonce:        w.nonce,
+			SentAt:       timestamp(w.sentAt),
+			AckedAt:      timestamp(w.ackedAt),
 		})
 	}
 	return ci

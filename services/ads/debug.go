@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	resource "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -60,6 +61,15 @@ type syncStatus struct {
 	EndpointSent  string            `json:"endpoint_sent,omitempty"`
 	EndpointAcked string            `json:"endpoint_acked,omitempty"`
 	Errors        map[string]string `json:"nacks,omitempty"`
+	// Per type: nonce of the last response, when it was sent and when the
+	// proxy last ACKed.
+	Types map[string]typeStatus `json:"types,omitempty"`
+}
+
+type typeStatus struct {
+	Nonce   string    `json:"nonce,omitempty"`
+	SentAt  time.Time `json:"sent_at,omitzero"`
+	AckedAt time.Time `json:"acked_at,omitzero"`
 }
 
 func (s *Server) syncz(w http.ResponseWriter, _ *http.Request) {
@@ -79,6 +89,17 @@ func (s *Server) syncz(w http.ResponseWriter, _ *http.Request) {
 			case resource.EndpointType:
 				r.EndpointSent, r.EndpointAcked = sent, acked
 			}
+			if r.Types == nil {
+				r.Types = map[string]typeStatus{}
+			}
+			ts := typeStatus{Nonce: wt.GetNonce()}
+			if wt.GetSentAt() != nil {
+				ts.SentAt = wt.GetSentAt().AsTime()
+			}
+			if wt.GetAckedAt() != nil {
+				ts.AckedAt = wt.GetAckedAt().AsTime()
+			}
+			r.Types[shortType(wt.GetTypeUrl())] = ts
 			if e := wt.GetNackError(); e != "" {
 				if r.Errors == nil {
 					r.Errors = map[string]string{}

@@ -52,6 +52,9 @@ func TestDebugEndpoints(t *testing.T) {
 	if rows[0].ProxyID != sidecar().Id || rows[0].ClusterSent != cds.VersionInfo || rows[0].ProxyType != "sidecar" {
 		t.Errorf("syncz row = %+v", rows[0])
 	}
+	if ts := rows[0].Types["cds"]; ts.Nonce != cds.Nonce || ts.SentAt.IsZero() || ts.AckedAt.Before(ts.SentAt) {
+		t.Errorf("syncz cds = %+v, want nonce %s, sent and then acked", ts, cds.Nonce)
+	}
 
 	var dump map[string]json.RawMessage
 	if code := getJSON(t, f.http+"/debug/config_dump?proxyID="+sidecar().Id, &dump); code != http.StatusOK {

@@ -196,6 +196,7 @@ func (c *conn) respondDelta(mesh *model.Mesh, w *watch, force bool, pushID uint6
 		}
 	}
 	w.nonce = nonce
+	w.sentAt = time.Now()
 	w.awaiting = true
 	w.sentVersion = version
 	c.s.metrics.pushes.WithLabelValues(shortType(w.typeURL)).Inc()

@@ -3,6 +3,7 @@ package ads
 import (
 	"crypto/sha256"
 	"slices"
+	"time"
 
 	resource "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 )
@@ -62,6 +63,8 @@ type watch struct {
 	// client's answers
 	ackedVersion string
 	nackError    string
+	sentAt       time.Time
+	ackedAt      time.Time
 }
 
 // setNames applies the names of a request and reports whether the

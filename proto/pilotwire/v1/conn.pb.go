@@ -188,7 +188,11 @@ type Watch struct {
 	AckedVersion string                 `protobuf:"bytes,4,opt,name=acked_version,json=ackedVersion,proto3" json:"acked_version,omitempty"`
 	SentVersion  string                 `protobuf:"bytes,5,opt,name=sent_version,json=sentVersion,proto3" json:"sent_version,omitempty"`
 	// Last NACK's error detail, empty once a later version is ACKed.
-	NackError     string `protobuf:"bytes,6,opt,name=nack_error,json=nackError,proto3" json:"nack_error,omitempty"`
+	NackError string `protobuf:"bytes,6,opt,name=nack_error,json=nackError,proto3" json:"nack_error,omitempty"`
+	// Nonce of the last response sent.
+	Nonce         string                 `protobuf:"bytes,7,opt,name=nonce,proto3" json:"nonce,omitempty"`
+	SentAt        *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=sent_at,json=sentAt,proto3" json:"sent_at,omitempty"`
+	AckedAt       *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=acked_at,json=ackedAt,proto3" json:"acked_at,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -263,6 +267,27 @@ func (x *Watch) GetNackError() string {
 		return x.NackError
 	}
 	return ""
+}
+
+func (x *Watch) GetNonce() string {
+	if x != nil {
+		return x.Nonce
+	}
+	return ""
+}
+
+func (x *Watch) GetSentAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.SentAt
+	}
+	return nil
+}
+
+func (x *Watch) GetAckedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.AckedAt
+	}
+	return nil
 }
 
 // ConnectionInfo is one ADS stream in the registry bucket, key
@@ -561,7 +586,7 @@ const file_pilotwire_v1_conn_proto_rawDesc = "" +
 	"\vapplied_seq\x18\x06 \x01(\x04R\n" +
 	"appliedSeq\x12 \n" +
 	"\vconnections\x18\a \x01(\x05R\vconnections\x12\x1a\n" +
-	"\bdraining\x18\b \x01(\bR\bdraining\"\xbb\x01\n" +
+	"\bdraining\x18\b \x01(\bR\bdraining\"\xbd\x02\n" +
 	"\x05Watch\x12\x19\n" +
 	"\btype_url\x18\x01 \x01(\tR\atypeUrl\x12\x1a\n" +
 	"\bwildcard\x18\x02 \x01(\bR\bwildcard\x12\x14\n" +
@@ -569,7 +594,10 @@ const file_pilotwire_v1_conn_proto_rawDesc = "" +
 	"\racked_version\x18\x04 \x01(\tR\fackedVersion\x12!\n" +
 	"\fsent_version\x18\x05 \x01(\tR\vsentVersion\x12\x1d\n" +
 	"\n" +
-	"nack_error\x18\x06 \x01(\tR\tnackError\"\x8f\x03\n" +
+	"nack_error\x18\x06 \x01(\tR\tnackError\x12\x14\n" +
+	"\x05nonce\x18\a \x01(\tR\x05nonce\x123\n" +
+	"\asent_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\x06sentAt\x125\n" +
+	"\backed_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\aackedAt\"\x8f\x03\n" +
 	"\x0eConnectionInfo\x12\x17\n" +
 	"\aconn_id\x18\x01 \x01(\tR\x06connId\x12\x1a\n" +
 	"\bfrontend\x18\x02 \x01(\tR\bfrontend\x12\x17\n" +
@@ -634,15 +662,17 @@ var file_pilotwire_v1_conn_proto_goTypes = []any{
 var file_pilotwire_v1_conn_proto_depIdxs = []int32{
 	5, // 0: pilotwire.v1.FrontendInfo.started_at:type_name -> google.protobuf.Timestamp
 	5, // 1: pilotwire.v1.FrontendInfo.heartbeat_at:type_name -> google.protobuf.Timestamp
-	2, // 2: pilotwire.v1.ConnectionInfo.watches:type_name -> pilotwire.v1.Watch
-	5, // 3: pilotwire.v1.ConnectionInfo.connected_at:type_name -> google.protobuf.Timestamp
-	0, // 4: pilotwire.v1.DeliveryRecord.kind:type_name -> pilotwire.v1.DeliveryRecord.Kind
-	5, // 5: pilotwire.v1.DeliveryRecord.at:type_name -> google.protobuf.Timestamp
-	6, // [6:6] is the sub-list for method output_type
-	6, // [6:6] is the sub-list for method input_type
-	6, // [6:6] is the sub-list for extension type_name
-	6, // [6:6] is the sub-list for extension extendee
-	0, // [0:6] is the sub-list for field type_name
+	5, // 2: pilotwire.v1.Watch.sent_at:type_name -> google.protobuf.Timestamp
+	5, // 3: pilotwire.v1.Watch.acked_at:type_name -> google.protobuf.Timestamp
+	2, // 4: pilotwire.v1.ConnectionInfo.watches:type_name -> pilotwire.v1.Watch
+	5, // 5: pilotwire.v1.ConnectionInfo.connected_at:type_name -> google.protobuf.Timestamp
+	0, // 6: pilotwire.v1.DeliveryRecord.kind:type_name -> pilotwire.v1.DeliveryRecord.Kind
+	5, // 7: pilotwire.v1.DeliveryRecord.at:type_name -> google.protobuf.Timestamp
+	8, // [8:8] is the sub-list for method output_type
+	8, // [8:8] is the sub-list for method input_type
+	8, // [8:8] is the sub-list for extension type_name
+	8, // [8:8] is the sub-list for extension extendee
+	0, // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_pilotwire_v1_conn_proto_init() }

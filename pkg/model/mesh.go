@@ -201,9 +201,10 @@ func (s *Service) ConfigMemo(key any, build func() any) any {
 	return s.config.get(key, build)
 }
 
-// sameContent reports whether two services carry the same data.
-func (s *Service) sameContent(o *Service) bool {
-	return s.sameConfig(o) && slices.EqualFunc(s.Ports, o.Ports, func(a, b *Port) bool {
+// sameEndpoints reports whether two services with the same config have
+// the same endpoints on every port.
+func (s *Service) sameEndpoints(o *Service) bool {
+	return slices.EqualFunc(s.Ports, o.Ports, func(a, b *Port) bool {
 		return slices.Equal(a.Endpoints, b.Endpoints)
 	})
 }

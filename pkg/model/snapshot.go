@@ -37,10 +37,11 @@ func (s *Store) rebuild() *Mesh {
 		host := Hostname(sk.Namespace, sk.Name)
 		old := prev.content.byHost[host]
 		next := buildService(sk, s.services[sk], s.slices[sk])
+		sameConfig := next != nil && old != nil && old.sameConfig(next)
 		switch {
 		case next == nil && old == nil:
 			continue
-		case next != nil && old != nil && old.sameContent(next):
+		case sameConfig && old.sameEndpoints(next):
 			continue
 		}
 		if byHost == nil {
@@ -54,7 +55,7 @@ func (s *Store) rebuild() *Mesh {
 			next.config = new(memo)
 			byHost[host] = next
 			reorder = true
-		case old.sameConfig(next):
+		case sameConfig:
 			next.config = old.config
 			byHost[host] = next
 		default:

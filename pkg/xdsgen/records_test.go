@@ -65,7 +65,7 @@ func meshRecords(t testing.TB, n int) []*pb.ChangeRecord {
 				port int32
 			}{{"http", 8080}, {"grpc", 9090}} {
 				recs = append(recs, record(t, c, pb.Op_OP_ADD, k8sSlice("ns", name+"-"+p.name, name, p.name, p.port, "zone-"+c,
-					fmt.Sprintf("10.%d.%d.1", len(c), i), fmt.Sprintf("10.%d.%d.2", len(c), i))))
+					fmt.Sprintf("10.%s.%d.1", c[1:], i), fmt.Sprintf("10.%s.%d.2", c[1:], i))))
 			}
 		}
 	}

@@ -426,7 +426,7 @@ func (c *conn) handleOrders(orders []orderRef) error {
 func (c *conn) respond(mesh *model.Mesh, w *watch, force bool, pushID uint64) (bool, error) {
 	full, err := c.s.build(mesh, c.proxy, w)
 	if err != nil {
-		c.log.Error("generate", "type", shortType(w.typeURL), "seq", mesh.Seq, "err", err)
+		c.generateFailed(w, mesh, err)
 		return false, nil
 	}
 	w.genSeq = mesh.Seq

@@ -109,7 +109,7 @@ func (w *watch) applyDelta(sub, unsub []string, first bool) bool {
 func (c *conn) respondDelta(mesh *model.Mesh, w *watch, force bool, pushID uint64) (bool, error) {
 	set, err := xdsgen.Generate(mesh, c.generator(), w.typeURL)
 	if err != nil {
-		c.log.Error("generate", "type", shortType(w.typeURL), "seq", mesh.Seq, "err", err)
+		c.generateFailed(w, mesh, err)
 		return false, nil
 	}
 	w.genSeq = mesh.Seq

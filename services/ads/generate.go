@@ -127,3 +127,10 @@ func generatorOf(p *proxy) xdsgen.Generator {
 }
 
 func (c *conn) generator() xdsgen.Generator { return generatorOf(c.proxy) }
+
+// generateFailed logs and counts a generation error; the connection keeps
+// what it has and gets the next change as usual.
+func (c *conn) generateFailed(w *watch, m *model.Mesh, err error) {
+	c.s.metrics.generateErrors.WithLabelValues(shortType(w.typeURL)).Inc()
+	c.log.Error("generate", "type", shortType(w.typeURL), "seq", m.Seq, "err", err)
+}

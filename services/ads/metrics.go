@@ -28,6 +28,8 @@ type metrics struct {
 	configSize      *prometheus.HistogramVec
 	deferred        *prometheus.CounterVec
 	reregistrations prometheus.Counter
+	doneErrors      prometheus.Counter
+	generateErrors  *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -100,12 +102,18 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		reregistrations: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "pilotwire_ads_reregistrations_total", Help: "Times this frontend found its registry entry removed (timed out by a pusher) and registered its connections again.",
 		}),
+		doneErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pilotwire_ads_push_done_errors_total", Help: "PushDone reports that could not be published (the pusher's timeout re-queues the push).",
+		}),
+		generateErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pilotwire_ads_generate_errors_total", Help: "Failed generations of a response, by type.",
+		}, []string{"type"}),
 	}
 	marshals := prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "pilotwire_xds_marshals_total", Help: "xDS resources marshalled (once per resource version, shared by every proxy).",
 	}, func() float64 { return float64(xdsgen.Marshals()) })
 	reg.MustRegister(marshals, m.connections, m.pushes, m.rejects, m.expiredNonce, m.sendErrors, m.badRequests,
 		m.badRecords, m.appliedSeq, m.orders, m.ordersDropped, m.responseBytes, m.registryErrors,
-		m.deliveryDrops, m.admitRejects, m.convergence, m.pushTime, m.sendTime, m.configSize, m.deferred, m.reregistrations)
+		m.deliveryDrops, m.admitRejects, m.convergence, m.pushTime, m.sendTime, m.configSize, m.deferred, m.reregistrations, m.doneErrors, m.generateErrors)
 	return m
 }

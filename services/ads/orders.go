@@ -124,6 +124,7 @@ func (r *orderRouter) done(o orderRef, res pb.PushDone_Result, synced uint64, er
 		return
 	}
 	if err := r.nc.Publish(o.reply, b); err != nil {
+		r.s.metrics.doneErrors.Inc()
 		r.log.Warn("publish push done", "conn", d.ConnId, "err", err)
 	}
 }

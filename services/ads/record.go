@@ -2,6 +2,7 @@ package ads
 
 import (
 	"log/slog"
+	"sync/atomic"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
@@ -21,6 +22,7 @@ type recorder struct {
 	log        *slog.Logger
 	metrics    *metrics
 	maxPending int
+	drops      atomic.Uint64
 }
 
 func (s *Server) record(c *conn, kind pb.DeliveryRecord_Kind, typeURL, version, nonce string, names []string, pushID uint64, errText string) {
@@ -29,7 +31,7 @@ func (s *Server) record(c *conn, kind pb.DeliveryRecord_Kind, typeURL, version, 
 		return
 	}
 	if r.js.PublishAsyncPending() >= r.maxPending {
-		r.metrics.deliveryDrops.Inc()
+		r.drop("too many delivery records awaiting their acks", nil)
 		return
 	}
 	rec := &pb.DeliveryRecord{
@@ -52,6 +54,15 @@ func (s *Server) record(c *conn, kind pb.DeliveryRecord_Kind, typeURL, version, 
 		return
 	}
 	if _, err := r.js.PublishAsync(r.names.DeliverySubject(s.id, c.id), b); err != nil {
-		r.metrics.deliveryDrops.Inc()
+		r.drop("publish failed", err)
+	}
+}
+
+// drop counts a delivery record not recorded and logs the first and every
+// thousandth, so an overload is visible without flooding the log.
+func (r *recorder) drop(why string, err error) {
+	r.metrics.deliveryDrops.Inc()
+	if n := r.drops.Add(1); n == 1 || n%1000 == 0 {
+		r.log.Warn("delivery records dropped", "why", why, "err", err, "dropped", n)
 	}
 }

@@ -188,7 +188,10 @@ func (r *registry) deregister() {
 	lister, err := r.kv.ListKeysFiltered(ctx, "conn."+bus.EscapeToken(r.fe.GetId())+".>")
 	if err == nil {
 		for k := range lister.Keys() {
-			_ = r.kv.Delete(ctx, k)
+			if err := r.kv.Delete(ctx, k); err != nil {
+				r.metrics.registryErrors.Inc()
+				r.log.Warn("deregister connection", "key", k, "err", err)
+			}
 		}
 	}
 	if err := r.kv.Delete(ctx, bus.FrontendKey(r.fe.GetId())); err != nil {

@@ -27,10 +27,10 @@ const serviceNameLabel = "kubernetes.io/service-name"
 // change is endpoint-only (not full) and keyed by its Service, as Istio keys
 // EDS updates by service, unless the endpoint index says it needs a full
 // push; everything else is a full push keyed by itself.
-func toEvent(data []byte, seq uint64, idx *endpointIndex) (debounce.Event, *pb.ChangeRecord, error) {
+func toEvent(data []byte, seq uint64, idx *endpointIndex) (debounce.Event, error) {
 	rec := &pb.ChangeRecord{}
 	if err := proto.Unmarshal(data, rec); err != nil {
-		return debounce.Event{}, nil, fmt.Errorf("decode change record seq %d: %w", seq, err)
+		return debounce.Event{}, fmt.Errorf("decode change record seq %d: %w", seq, err)
 	}
 	ref := rec.GetRef()
 	ev := debounce.Event{Seq: seq, Full: true, Reason: ReasonConfig}
@@ -58,7 +58,7 @@ func toEvent(data []byte, seq uint64, idx *endpointIndex) (debounce.Event, *pb.C
 		ev.Reason = ReasonProxy
 	}
 	ev.ConfigKeys = []debounce.ConfigKey{key}
-	return ev, rec, nil
+	return ev, nil
 }
 
 // slice is what the debouncer reads of an EndpointSlice.

@@ -45,7 +45,7 @@ func TestEndpointChangesFullWhenIstioWouldBe(t *testing.T) {
 		{name: "a's endpoints come back", rec: sliceRecord(t, pb.Op_OP_ADD, "a-1", "a", 81), full: true},
 	}
 	for i, st := range steps {
-		ev, _, err := toEvent(st.rec, uint64(i+1), idx)
+		ev, err := toEvent(st.rec, uint64(i+1), idx)
 		if err != nil {
 			t.Fatalf("%s: %v", st.name, err)
 		}
@@ -78,7 +78,7 @@ func TestToEventKinds(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			b, _ := proto.Marshal(&pb.ChangeRecord{Cluster: "c1", Ref: tc.ref, Op: pb.Op_OP_ADD})
-			ev, _, err := toEvent(b, 7, newEndpointIndex())
+			ev, err := toEvent(b, 7, newEndpointIndex())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -87,7 +87,7 @@ func TestToEventKinds(t *testing.T) {
 			}
 		})
 	}
-	if _, _, err := toEvent([]byte{0xff, 0xff}, 1, newEndpointIndex()); err == nil {
+	if _, err := toEvent([]byte{0xff, 0xff}, 1, newEndpointIndex()); err == nil {
 		t.Error("garbage record decoded without error")
 	}
 }

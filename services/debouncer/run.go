@@ -275,7 +275,7 @@ func (l *loop) add(msg jetstream.Msg, now time.Time) {
 		l.held[seq] = msg
 		return
 	}
-	ev, _, err := toEvent(msg.Data(), seq, l.endpoints)
+	ev, err := toEvent(msg.Data(), seq, l.endpoints)
 	if err != nil {
 		l.m.badRecords.Inc()
 		l.log.Error("bad change record, merging as a full push", "seq", seq, "err", err)

@@ -3,20 +3,22 @@ package pusher
 import "github.com/prometheus/client_golang/prometheus"
 
 type metrics struct {
-	queueTime    prometheus.Histogram
-	orders       *prometheus.CounterVec
-	queueLen     prometheus.Gauge
-	inFlight     prometheus.Gauge
-	doneTimeouts prometheus.Counter
-	skipped      *prometheus.CounterVec
-	dones        *prometheus.CounterVec
-	connections  prometheus.Gauge
-	frontends    prometheus.Gauge
-	badMessages  *prometheus.CounterVec
-	pushRequests prometheus.Counter
-	latestSeq    prometheus.Gauge
-	leader       prometheus.Gauge
-	batchSize    prometheus.Histogram
+	queueTime      prometheus.Histogram
+	orders         *prometheus.CounterVec
+	queueLen       prometheus.Gauge
+	inFlight       prometheus.Gauge
+	doneTimeouts   prometheus.Counter
+	skipped        *prometheus.CounterVec
+	dones          *prometheus.CounterVec
+	connections    prometheus.Gauge
+	frontends      prometheus.Gauge
+	badMessages    *prometheus.CounterVec
+	pushRequests   prometheus.Counter
+	latestSeq      prometheus.Gauge
+	leader         prometheus.Gauge
+	batchSize      prometheus.Histogram
+	registryErrors prometheus.Counter
+	sendErrors     prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -67,8 +69,14 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help:    "Push orders per message sent to a frontend.",
 			Buckets: prometheus.ExponentialBuckets(1, 2, 10),
 		}),
+		registryErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pilotwire_pusher_registry_errors_total", Help: "Failed writes to the registry bucket.",
+		}),
+		sendErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pilotwire_pusher_send_errors_total", Help: "Push order batches that could not be sent (their done timeout re-queues them).",
+		}),
 	}
-	reg.MustRegister(m.leader, m.batchSize, m.queueTime, m.orders, m.queueLen, m.inFlight, m.doneTimeouts, m.skipped, m.dones,
+	reg.MustRegister(m.registryErrors, m.sendErrors, m.leader, m.batchSize, m.queueTime, m.orders, m.queueLen, m.inFlight, m.doneTimeouts, m.skipped, m.dones,
 		m.connections, m.frontends, m.badMessages, m.pushRequests, m.latestSeq)
 	return m
 }

@@ -69,7 +69,7 @@ func (p *Pusher) applyEntry(e jetstream.KeyValueEntry) {
 			p.m.badMessages.WithLabelValues("registry").Inc()
 			return
 		}
-		p.frontends[fe] = &frontendState{info: info, lastSeen: now}
+		p.frontends[fe] = now
 		p.m.frontends.Set(float64(len(p.frontends)))
 	case "conn":
 		if deleted {
@@ -84,7 +84,7 @@ func (p *Pusher) applyEntry(e jetstream.KeyValueEntry) {
 		if _, known := p.frontends[fe]; !known {
 			// Give a frontend whose heartbeat has not been seen yet one
 			// timeout to show up.
-			p.frontends[fe] = &frontendState{info: &pb.FrontendInfo{Id: fe}, lastSeen: now}
+			p.frontends[fe] = now
 		}
 		c, ok := p.conns[conn]
 		if !ok {
@@ -137,8 +137,8 @@ func (p *Pusher) expireFrontends(ctx context.Context) {
 	}
 	var deads []dead
 	p.mu.Lock()
-	for id, f := range p.frontends {
-		if now.Sub(f.lastSeen) > p.cfg.FrontendTimeout {
+	for id, seen := range p.frontends {
+		if now.Sub(seen) > p.cfg.FrontendTimeout {
 			deads = append(deads, dead{fe: id, conns: p.forgetFrontendLocked(id)})
 		}
 	}
@@ -146,10 +146,16 @@ func (p *Pusher) expireFrontends(ctx context.Context) {
 	for _, d := range deads {
 		p.log.Warn("frontend dead, forgetting its connections", "frontend", d.fe, "connections", len(d.conns))
 		// Clean its entries so a restarted pusher does not see them.
+		keys := []string{bus.FrontendKey(d.fe)}
 		for _, c := range d.conns {
-			_ = p.kv.Delete(ctx, bus.ConnKey(d.fe, c))
+			keys = append(keys, bus.ConnKey(d.fe, c))
 		}
-		_ = p.kv.Delete(ctx, bus.FrontendKey(d.fe))
+		for _, k := range keys {
+			if err := p.kv.Delete(ctx, k); err != nil && ctx.Err() == nil {
+				p.m.registryErrors.Inc()
+				p.log.Warn("clean registry entry of a dead frontend", "key", k, "err", err)
+			}
+		}
 	}
 }
 
@@ -158,27 +164,29 @@ func (p *Pusher) expireOrders() {
 	var timedOut []*inflight
 	p.mu.Lock()
 	for id, f := range p.inflight {
-		if now.After(f.deadline) {
-			delete(p.inflight, id)
-			timedOut = append(timedOut, f)
+		if !now.After(f.deadline) {
+			continue
+		}
+		delete(p.inflight, id)
+		timedOut = append(timedOut, f)
+		p.m.doneTimeouts.Inc()
+		c := p.conns[f.conn]
+		switch {
+		case c == nil:
+		case !f.retried:
+			// Queued while processing: MarkDone below puts it back.
+			p.log.Warn("push done timed out, re-queueing once", "conn", f.conn, "through_seq", f.req.through)
+			c.retried = true
+			p.enqueueLocked(f.conn, f.req)
+		default:
+			p.log.Warn("push done timed out again; waiting for the next change or registry update", "conn", f.conn)
+			c.retried = false
+			c.queued = 0
 		}
 	}
 	p.mu.Unlock()
 	for _, f := range timedOut {
-		p.m.doneTimeouts.Inc()
 		p.markDone(f.frontend, f.conn)
-		p.mu.Lock()
-		c := p.conns[f.conn]
-		if c != nil && !f.retried {
-			p.log.Warn("push done timed out, re-queueing once", "conn", f.conn, "through_seq", f.req.through)
-			p.retry[f.conn] = true
-			p.enqueueLocked(f.conn, f.req)
-		} else if c != nil {
-			p.log.Warn("push done timed out again; waiting for the next change or registry update", "conn", f.conn)
-			delete(p.retry, f.conn)
-			p.queuedUntil[f.conn] = 0
-		}
-		p.mu.Unlock()
 	}
 }
 

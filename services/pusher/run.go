@@ -59,15 +59,13 @@ type Pusher struct {
 	now    func() time.Time
 
 	// guarded by mu
-	mu          sync.Mutex
-	frontends   map[string]*frontendState
-	conns       map[string]*connState
-	latest      uint64 // through_seq of the latest PushRequest
-	synced      bool   // registry's initial values are loaded
-	inflight    map[uint64]*inflight
-	lastPushID  uint64
-	queuedUntil map[string]uint64 // highest through_seq queued or in flight per conn
-	retry       map[string]bool   // conn re-queued once after a timeout
+	mu         sync.Mutex
+	frontends  map[string]time.Time // local time of each live frontend's last heartbeat
+	conns      map[string]*connState
+	latest     uint64 // through_seq of the latest PushRequest
+	synced     bool   // registry's initial values are loaded
+	inflight   map[uint64]*inflight
+	lastPushID uint64
 }
 
 // Run runs the pusher until ctx ends.
@@ -123,19 +121,17 @@ func Run(ctx context.Context, cfg Config, d svc.Deps) error {
 // state is rebuilt from the registry and the PUSHES stream at each start.
 func runActive(ctx context.Context, cfg Config, names bus.Names, pushes jetstream.Stream, kv jetstream.KeyValue, m *metrics, d svc.Deps) error {
 	p := &Pusher{
-		pushes:      pushes,
-		cfg:         cfg,
-		names:       names,
-		nc:          d.NC,
-		kv:          kv,
-		log:         d.Log.With("pusher", cfg.ID),
-		m:           m,
-		now:         time.Now,
-		frontends:   make(map[string]*frontendState),
-		conns:       make(map[string]*connState),
-		inflight:    make(map[uint64]*inflight),
-		queuedUntil: make(map[string]uint64),
-		retry:       make(map[string]bool),
+		pushes:    pushes,
+		cfg:       cfg,
+		names:     names,
+		nc:        d.NC,
+		kv:        kv,
+		log:       d.Log.With("pusher", cfg.ID),
+		m:         m,
+		now:       time.Now,
+		frontends: make(map[string]time.Time),
+		conns:     make(map[string]*connState),
+		inflight:  make(map[uint64]*inflight),
 	}
 	cons, err := pushes.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
 		Durable:       names.PusherConsumer(cfg.Shard),
@@ -269,7 +265,7 @@ func (p *Pusher) enqueueLocked(conn string, r *request) {
 	if !ok {
 		return
 	}
-	p.queuedUntil[conn] = max(p.queuedUntil[conn], r.through)
+	c.queued = max(c.queued, r.through)
 	p.queues.get(c.info.GetFrontend()).Enqueue(conn, r)
 }
 
@@ -290,7 +286,7 @@ func (p *Pusher) updateQueueMetrics() {
 // catchUpLocked queues a connection that is behind the latest sequence and
 // has nothing queued or in flight that would bring it there.
 func (p *Pusher) catchUpLocked(conn string, c *connState) {
-	if !p.synced || c.synced >= p.latest || p.queuedUntil[conn] >= p.latest {
+	if !p.synced || c.synced >= p.latest || c.queued >= p.latest {
 		return
 	}
 	p.enqueueLocked(conn, catchUp(p.latest, p.now()))
@@ -321,6 +317,7 @@ func (p *Pusher) dispatch(ctx context.Context, q *pushqueue.Queue[*request]) {
 			}
 			if err != nil {
 				// The done timeout re-queues them.
+				p.m.sendErrors.Inc()
 				p.log.Warn("send push orders", "subject", subject, "orders", len(batch.Orders), "err", err)
 			}
 			p.m.batchSize.Observe(float64(len(batch.Orders)))
@@ -344,7 +341,7 @@ func (p *Pusher) addOrder(q *pushqueue.Queue[*request], batches map[string]*pb.P
 	}
 	p.lastPushID++
 	id := p.lastPushID
-	p.inflight[id] = &inflight{conn: conn, frontend: c.info.GetFrontend(), req: req, deadline: now.Add(p.cfg.PushTimeout), retried: p.retry[conn]}
+	p.inflight[id] = &inflight{conn: conn, frontend: c.info.GetFrontend(), req: req, deadline: now.Add(p.cfg.PushTimeout), retried: c.retried}
 	subject := p.names.OrdersSubject(c.info.GetFrontend())
 	p.mu.Unlock()
 	batch, ok := batches[subject]
@@ -369,32 +366,31 @@ func (p *Pusher) handleDone(m *nats.Msg) {
 	f, ok := p.inflight[d.GetPushId()]
 	if !ok || f.conn != d.GetConnId() {
 		p.mu.Unlock()
-		return // already timed out
+		return // already timed out (and counted then)
 	}
 	delete(p.inflight, d.GetPushId())
 	c := p.conns[f.conn]
 	switch d.GetResult() {
 	case pb.PushDone_SENT, pb.PushDone_UNCHANGED:
-		delete(p.retry, f.conn)
 		if c != nil {
+			c.retried = false
 			c.synced = max(c.synced, d.GetSyncedSeq())
 		}
 	case pb.PushDone_CONN_GONE:
 		p.forgetConnLocked(f.conn)
 	default:
 		p.log.Warn("push failed on frontend", "conn", f.conn, "frontend", d.GetFrontend(), "err", d.GetError())
-		p.queuedUntil[f.conn] = 0
+		if c != nil {
+			c.queued = 0
+			if !f.retried {
+				// Queued while processing: MarkDone below puts it back.
+				c.retried = true
+				p.catchUpLocked(f.conn, c)
+			}
+		}
 	}
 	p.mu.Unlock()
 	p.markDone(f.frontend, f.conn)
-	if d.GetResult() == pb.PushDone_FAILED {
-		p.mu.Lock()
-		if c := p.conns[f.conn]; c != nil && !f.retried {
-			p.retry[f.conn] = true
-			p.catchUpLocked(f.conn, c)
-		}
-		p.mu.Unlock()
-	}
 }
 
 func (p *Pusher) forgetConnLocked(conn string) {
@@ -404,7 +400,5 @@ func (p *Pusher) forgetConnLocked(conn string) {
 		}
 	}
 	delete(p.conns, conn)
-	delete(p.queuedUntil, conn)
-	delete(p.retry, conn)
 	p.m.connections.Set(float64(len(p.conns)))
 }

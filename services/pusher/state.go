@@ -8,16 +8,14 @@ import (
 	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
 )
 
-// frontendState is one frontend as the pusher sees it.
-type frontendState struct {
-	info     *pb.FrontendInfo
-	lastSeen time.Time // local time of the last heartbeat received
-}
-
 // connState is one connection as the pusher sees it.
 type connState struct {
 	info   *pb.ConnectionInfo
 	synced uint64 // highest of the registry's and the done reports' synced_seq
+	// queued is the highest through_seq queued or in flight for it.
+	queued uint64
+	// retried: re-queued once after a timeout or failure, not again.
+	retried bool
 }
 
 // inflight is one dispatched order awaiting its PushDone.

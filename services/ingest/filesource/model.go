@@ -1,7 +1,6 @@
 package filesource
 
 import (
-	"cmp"
 	"slices"
 
 	"github.com/pilotwire/pilotwire/services/ingest/publish"
@@ -74,7 +73,7 @@ func (m *model) update(files map[string]fileObjects) ([]publish.Change, []duplic
 	for k := range affected {
 		keys = append(keys, k)
 	}
-	slices.SortFunc(keys, compareKeys)
+	slices.SortFunc(keys, publish.CompareKeys)
 	var (
 		changes []publish.Change
 		dups    []duplicate
@@ -102,7 +101,7 @@ func (m *model) desired() []publish.Object {
 		o, _ := m.winner(k)
 		out = append(out, o)
 	}
-	slices.SortFunc(out, func(a, b publish.Object) int { return compareKeys(a.Key, b.Key) })
+	slices.SortFunc(out, func(a, b publish.Object) int { return publish.CompareKeys(a.Key, b.Key) })
 	return out
 }
 
@@ -145,9 +144,4 @@ func under(rel, dir string) bool {
 		return true
 	}
 	return len(rel) > len(dir) && rel[len(dir)] == '/' && rel[:len(dir)] == dir
-}
-
-func compareKeys(a, b publish.Key) int {
-	return cmp.Or(cmp.Compare(a.Group, b.Group), cmp.Compare(a.Kind, b.Kind),
-		cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
 }

@@ -22,6 +22,7 @@ const (
 const (
 	errWatch      = "watch"      // a list or watch failed (retried by client-go)
 	errEncode     = "encode"     // an object could not be turned into JSON
+	errStore      = "store"      // the informer cache could not be read
 	errKubeconfig = "kubeconfig" // a multicluster Secret holds an unusable kubeconfig
 	errDuplicate  = "duplicate"  // a multicluster Secret names a cluster id already in use
 	errClient     = "client"     // building a cluster's clients failed

@@ -102,7 +102,13 @@ func (c *cluster) objectChange(it item) (publish.Change, bool) {
 		storeKey = it.namespace + "/" + it.name
 	}
 	obj, exists, err := h.informer.GetStore().GetByKey(storeKey)
-	if err != nil || !exists {
+	if err != nil {
+		// Not knowing is not "gone": publish nothing rather than a delete.
+		c.src.metrics.errors.WithLabelValues(c.id, errStore).Inc()
+		c.log.Error("cannot read an object from the informer cache; skipping it", "kind", kindLabel(it.gvk.GroupKind()), "key", storeKey, "err", err)
+		return publish.Change{}, false
+	}
+	if !exists {
 		return publish.Delete(publish.Object{Key: key, Version: it.gvk.Version, Source: c.source()}), true
 	}
 	o, err := c.toObject(it.gvk, obj)

@@ -1,6 +1,7 @@
 package publish
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 
@@ -21,6 +22,12 @@ type Key struct {
 // String is "<Kind>[.<group>] <namespace>/<name>" for logs.
 func (k Key) String() string {
 	return bus.KindToken(&pb.ObjectRef{Group: k.Group, Kind: k.Kind}) + " " + k.Namespace + "/" + k.Name
+}
+
+// CompareKeys orders keys by group, kind, namespace and name.
+func CompareKeys(a, b Key) int {
+	return cmp.Or(cmp.Compare(a.Group, b.Group), cmp.Compare(a.Kind, b.Kind),
+		cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
 }
 
 // KindLabel is the bounded metric label of the key's kind: Kind or Kind.group.

@@ -1,7 +1,6 @@
 package publish
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"log/slog"
@@ -188,7 +187,7 @@ func (p *Publisher) Sync(ctx context.Context, desired []Object) (Result, error) 
 			gone = append(gone, k)
 		}
 	}
-	slices.SortFunc(gone, compareKeys)
+	slices.SortFunc(gone, CompareKeys)
 	for _, k := range gone {
 		changes = append(changes, Delete(Object{Key: k}))
 	}
@@ -215,13 +214,8 @@ func (p *Publisher) Live() []LiveObject {
 			out = append(out, LiveObject{Key: k, Version: e.version, UID: e.uid, ResourceVersion: e.rv, Source: e.source, Seq: e.seq})
 		}
 	}
-	slices.SortFunc(out, func(a, b LiveObject) int { return compareKeys(a.Key, b.Key) })
+	slices.SortFunc(out, func(a, b LiveObject) int { return CompareKeys(a.Key, b.Key) })
 	return out
-}
-
-func compareKeys(a, b Key) int {
-	return cmp.Or(cmp.Compare(a.Group, b.Group), cmp.Compare(a.Kind, b.Kind),
-		cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
 }
 
 // setEntry records that m is the subject's last record, stored at seq.

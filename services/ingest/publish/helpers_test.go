@@ -104,12 +104,3 @@ func metric(t testing.TB, reg *prometheus.Registry, name string, labels map[stri
 
 func publishStreamOptions() bus.StreamOptions { return bus.StreamOptions{} }
 
-// pollPause waits a little between polls, or until ctx ends.
-func pollPause(ctx context.Context) {
-	t := time.NewTimer(5 * time.Millisecond)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
-}

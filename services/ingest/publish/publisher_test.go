@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/pilotwire/pilotwire/pkg/testutil"
 	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
 	"github.com/pilotwire/pilotwire/services/ingest/publish"
 )
@@ -382,16 +383,14 @@ func TestFailedPublishIsRetriedUntilItSucceeds(t *testing.T) {
 	}()
 	// Wait until the publisher has failed at least once, then bring the
 	// stream back.
-	for metric(t, e.reg, "pilotwire_ingest_publish_errors_total", nil) == 0 {
+	testutil.Eventually(t, "a publish error", func() bool {
 		select {
 		case o := <-done:
 			t.Fatalf("apply returned without a stream: %+v", o)
-		case <-ctx.Done():
-			t.Fatal("no publish error observed")
 		default:
 		}
-		pollPause(ctx)
-	}
+		return metric(t, e.reg, "pilotwire_ingest_publish_errors_total", nil) > 0
+	})
 	if _, err := e.js.CreateStream(ctx, names.ChangesConfig(publishStreamOptions())); err != nil {
 		t.Fatal(err)
 	}

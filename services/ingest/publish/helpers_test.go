@@ -103,4 +103,3 @@ func metric(t testing.TB, reg *prometheus.Registry, name string, labels map[stri
 }
 
 func publishStreamOptions() bus.StreamOptions { return bus.StreamOptions{} }
-

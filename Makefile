@@ -2,24 +2,27 @@
 SHELL := /bin/bash
 GO ?= go
 BIN := bin
-MODULES := proto pkg services/ingest services/debouncer services/pusher services/ads cmd/pilotwire
+# Two modules: the product at the root, the benchmark harness in bench/.
+PKGS := ./... ./bench/...
+GOFMT_DIRS := proto pkg services cmd internal e2e bench
 PROTOC_GEN_GO_VERSION := v1.36.12
 STATICCHECK_VERSION := v0.8.2
 GOBIN := $(shell $(GO) env GOPATH)/bin
 TEST_TIMEOUT ?= 15m
 
-.PHONY: help build run test test-short proto proto-check lint vet tidy-check tools k8s-binaries bench bench-full bench-go clean
+.PHONY: help build run test test-short check-tree check-deps proto proto-check lint vet tidy-check tools k8s-binaries bench bench-full bench-go clean
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
-build: ## build the five binaries into bin/
+build: ## build the five binaries and the benchmark harness into bin/
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/ingest ./services/ingest/cmd/ingest
 	$(GO) build -o $(BIN)/debouncer ./services/debouncer/cmd/debouncer
 	$(GO) build -o $(BIN)/pusher ./services/pusher/cmd/pusher
 	$(GO) build -o $(BIN)/ads ./services/ads/cmd/ads
 	$(GO) build -o $(BIN)/pilotwire ./cmd/pilotwire
+	$(GO) build -o $(BIN)/pwbench ./bench/cmd/pwbench
 
 run: build ## run embedded NATS and the four services on deploy/examples (Ctrl-C stops)
 	$(BIN)/pilotwire up --config-dir deploy/examples --data-dir .data
@@ -39,36 +42,42 @@ proto-check: tools ## fail when the generated Go of proto/ is stale
 	for f in $$(cd $$tmp && ls pilotwire/v1/*.pb.go); do test -f $$f || { echo "missing generated file: $$f (run make proto)"; exit 1; }; done
 	@echo "proto: generated code is current"
 
-vet: ## go vet every module
-	$(GO) vet $(addsuffix /...,$(addprefix ./,$(MODULES)))
+check-tree: ## fail on any tracked file over 1 MiB or any tracked executable binary
+	hack/check-tree.sh
+
+check-deps: ## fail when a product binary links benchmark or test packages
+	hack/check-deps.sh
+
+vet: ## go vet both modules
+	$(GO) vet $(PKGS)
 
 lint: vet ## go vet, staticcheck and a gofmt check
 	@test -x $(GOBIN)/staticcheck && $(GOBIN)/staticcheck -version | grep -q $(STATICCHECK_VERSION:v%=%) || \
 		$(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
-	$(GOBIN)/staticcheck $(addsuffix /...,$(addprefix ./,$(MODULES)))
-	@out=$$(gofmt -l $(MODULES)); test -z "$$out" || { echo "gofmt needed:"; echo "$$out"; exit 1; }
+	$(GOBIN)/staticcheck $(PKGS)
+	@out=$$(gofmt -l $(GOFMT_DIRS)); test -z "$$out" || { echo "gofmt needed:"; echo "$$out"; exit 1; }
 
-tidy-check: ## build every module on its own (GOWORK=off), as a release would
-	@for m in $(MODULES); do (cd $$m && GOWORK=off $(GO) build ./... ) || { echo "module $$m does not build alone"; exit 1; }; done
-	@echo "modules: each builds with GOWORK=off"
+tidy-check: ## build each module on its own (GOWORK=off) and fail when go.mod or go.sum is untidy
+	@for m in . bench; do (cd $$m && GOWORK=off $(GO) build ./... && GOWORK=off $(GO) mod tidy -diff >/dev/null) || { echo "module $$m does not build alone or is not tidy (go mod tidy)"; exit 1; }; done
+	@echo "modules: each builds with GOWORK=off and is tidy"
 
 k8s-binaries: ## build etcd and kube-apiserver for the Kubernetes tests into .cache/k8s/bin (cached)
 	hack/k8s-binaries.sh
 
-test: proto-check lint tidy-check build k8s-binaries ## run every check and test (with -race)
-	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(addsuffix /...,$(addprefix ./,$(MODULES)))
+test: check-tree proto-check lint tidy-check check-deps build k8s-binaries ## run every check and test (with -race)
+	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
 
-test-short: k8s-binaries ## unit tests only (-short), with -race
-	$(GO) test -race -short -count=1 $(addsuffix /...,$(addprefix ./,$(MODULES)))
+test-short: ## unit tests only (-short, no kube-apiserver), with -race
+	$(GO) test -race -short -count=1 $(PKGS)
 
 bench: build ## pilotwire vs go-control-plane, quick profile (1000 proxies, mesh 100x10; ~3 min)
-	$(BIN)/pilotwire bench
+	$(BIN)/pwbench run
 
 bench-full: build ## pilotwire vs go-control-plane, the whole matrix (100/1000/5000 proxies, 100x10 and 1000x10)
-	$(BIN)/pilotwire bench --proxies 100,1000,5000 --mesh 100x10,1000x10 --rounds 1 --warmup 0
+	$(BIN)/pwbench run --proxies 100,1000,5000 --mesh 100x10,1000x10 --rounds 1 --warmup 0
 
 bench-go: ## run the Go benchmarks of the hot paths
-	$(GO) test -run '^$$' -bench . -benchmem $(addsuffix /...,$(addprefix ./,$(MODULES)))
+	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
 
 clean: ## remove build output and the default data dir
 	rm -rf $(BIN) .data

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds etcd and kube-apiserver from the Go module proxy for pkg/k8stest.
+# Builds etcd and kube-apiserver from the Go module proxy for internal/testkit/k8stest.
 #
 # Neither project publishes binaries through a registry we can reach, so each
 # is built from its Go module inside a throwaway module under the cache dir:

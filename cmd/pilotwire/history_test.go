@@ -10,8 +10,9 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/pilotwire/pilotwire/internal/testkit/natstest"
+	"github.com/pilotwire/pilotwire/internal/testkit/testutil"
 	"github.com/pilotwire/pilotwire/pkg/bus"
-	"github.com/pilotwire/pilotwire/pkg/natstest"
 	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
 )
 
@@ -20,7 +21,7 @@ func TestHistory(t *testing.T) {
 	url := natstest.Start(t)
 	_, js := natstest.Connect(t, url)
 	names, _ := bus.NewNames("pw")
-	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.DefaultTimeout)
 	defer cancel()
 	if _, err := bus.EnsureStream(ctx, js, names.ChangesConfig(bus.StreamOptions{})); err != nil {
 		t.Fatal(err)

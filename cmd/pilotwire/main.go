@@ -16,6 +16,6 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newUpCmd(), newHistoryCmd(), newBenchCmd(), newLoadgenCmd(), newBaselineCmd())
+	root.AddCommand(newUpCmd(), newHistoryCmd())
 	svc.Main(root)
 }

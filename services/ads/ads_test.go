@@ -28,9 +28,9 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/pilotwire/pilotwire/pkg/bus"
-	"github.com/pilotwire/pilotwire/pkg/natstest"
+	"github.com/pilotwire/pilotwire/internal/testkit/natstest"
 	"github.com/pilotwire/pilotwire/pkg/svc"
-	"github.com/pilotwire/pilotwire/pkg/testutil"
+	"github.com/pilotwire/pilotwire/internal/testkit/testutil"
 	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
 )
 

@@ -25,7 +25,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
 
-	"github.com/pilotwire/pilotwire/pkg/natstest"
+	"github.com/pilotwire/pilotwire/internal/testkit/natstest"
 )
 
 // testCA issues certificates for the TLS tests.

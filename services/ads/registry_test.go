@@ -9,7 +9,7 @@ import (
 	resource "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 
 	"github.com/pilotwire/pilotwire/pkg/bus"
-	"github.com/pilotwire/pilotwire/pkg/natstest"
+	"github.com/pilotwire/pilotwire/internal/testkit/natstest"
 )
 
 // TestReregistersWhenTimedOut: a pusher that times a frontend out removes

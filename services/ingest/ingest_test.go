@@ -15,7 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/pilotwire/pilotwire/pkg/bus"
-	"github.com/pilotwire/pilotwire/pkg/natstest"
+	"github.com/pilotwire/pilotwire/internal/testkit/natstest"
 	"github.com/pilotwire/pilotwire/pkg/svc"
 	"github.com/pilotwire/pilotwire/services/ingest"
 	"github.com/pilotwire/pilotwire/services/ingest/internal/ingesttest"

@@ -19,8 +19,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/pilotwire/pilotwire/pkg/bus"
-	"github.com/pilotwire/pilotwire/pkg/k8stest"
-	"github.com/pilotwire/pilotwire/pkg/natstest"
+	"github.com/pilotwire/pilotwire/internal/testkit/k8stest"
+	"github.com/pilotwire/pilotwire/internal/testkit/natstest"
 	"github.com/pilotwire/pilotwire/pkg/svc"
 	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
 	"github.com/pilotwire/pilotwire/services/ingest"

@@ -18,7 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pilotwire/pilotwire/pkg/bus"
-	"github.com/pilotwire/pilotwire/pkg/natstest"
+	"github.com/pilotwire/pilotwire/internal/testkit/natstest"
 	"github.com/pilotwire/pilotwire/services/ingest/filesource"
 	"github.com/pilotwire/pilotwire/services/ingest/internal/ingesttest"
 	"github.com/pilotwire/pilotwire/services/ingest/publish"

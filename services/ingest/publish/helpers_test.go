@@ -11,7 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pilotwire/pilotwire/pkg/bus"
-	"github.com/pilotwire/pilotwire/pkg/natstest"
+	"github.com/pilotwire/pilotwire/internal/testkit/natstest"
 	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
 	"github.com/pilotwire/pilotwire/services/ingest/internal/ingesttest"
 	"github.com/pilotwire/pilotwire/services/ingest/publish"

@@ -11,7 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/pilotwire/pilotwire/pkg/testutil"
+	"github.com/pilotwire/pilotwire/internal/testkit/testutil"
 	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
 	"github.com/pilotwire/pilotwire/services/ingest/publish"
 )

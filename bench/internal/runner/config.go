@@ -1,0 +1,162 @@
+// Package runner orchestrates the benchmark: for each mesh size and proxy
+// count it runs the trace (initial sync, one endpoint changed, one service
+// added, a rolling restart, every proxy reconnecting) against each control
+// plane in turn, alternating between them round by round, and summarizes
+// the measured rounds as medians with their range.
+//
+// The control planes, the load generator and the change-record lab are
+// interfaces: the `pwbench run` command runs them as separate
+// processes (systems.go); tests run them in-process.
+package runner
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/pilotwire/pilotwire/bench/internal/loadgen"
+	"github.com/pilotwire/pilotwire/bench/internal/mesh"
+)
+
+// System is a control plane under test.
+type System interface {
+	// Name is how reports call it.
+	Name() string
+	// Start serves the manifests in dir until the instance is stopped. It
+	// returns once the control plane says it is ready; the runner then
+	// waits for a reference proxy to get the expected configuration.
+	Start(ctx context.Context, dir string) (Instance, error)
+}
+
+// Instance is a running control plane.
+type Instance interface {
+	// ADSAddr is where proxies connect.
+	ADSAddr() string
+	// CPU is the CPU time used so far by every process of the control
+	// plane; ok is false when it cannot be measured.
+	CPU() (cpu time.Duration, ok bool)
+	// FrontendRSS is the resident memory of the process holding the ADS
+	// streams.
+	FrontendRSS() (bytes uint64, ok bool)
+	// Marshals is the ADS frontend's pilotwire_xds_marshals_total.
+	Marshals(ctx context.Context) (n float64, ok bool)
+	// MarshalsPerResponse is true when the server marshals every resource
+	// of every response again (go-control-plane), on top of Marshals.
+	MarshalsPerResponse() bool
+	// Stop stops the control plane and waits for it.
+	Stop() error
+}
+
+// Staged is an Instance that can break its latency into stages: for each
+// stage, the sum and count of a latency histogram of the control plane.
+type Staged interface {
+	Stages(ctx context.Context) map[string][2]float64
+}
+
+// Fleet is a load generator (see loadgen.Fleet).
+type Fleet interface {
+	Start(ctx context.Context) error
+	SetTarget(ctx context.Context, t loadgen.Target) error
+	Wait(ctx context.Context, timeout time.Duration) (loadgen.Result, error)
+	Quiet(ctx context.Context, quiet, max time.Duration) error
+	Stats(ctx context.Context) (loadgen.Stats, error)
+	Reconnect(ctx context.Context, fresh bool) (int64, error)
+	Final(ctx context.Context) (loadgen.Final, error)
+	Close() error
+}
+
+var (
+	_ Fleet = (*loadgen.Fleet)(nil)
+	_ Fleet = (*loadgen.Remote)(nil)
+)
+
+// Fleets makes load generators.
+type Fleets interface {
+	// NewFleet starts a generator (without starting its proxies).
+	NewFleet(ctx context.Context, o loadgen.Options) (Fleet, error)
+	// CPU is the CPU time the generator process used so far.
+	CPU(f Fleet) (time.Duration, bool)
+}
+
+// LocalFleets runs fleets in this process.
+type LocalFleets struct{}
+
+// NewFleet returns an in-process fleet.
+func (LocalFleets) NewFleet(_ context.Context, o loadgen.Options) (Fleet, error) {
+	return loadgen.New(o)
+}
+
+// CPU cannot be told apart from the rest of this process.
+func (LocalFleets) CPU(Fleet) (time.Duration, bool) { return 0, false }
+
+// RecordsLab measures the change stream alone: how fast ingest turns a
+// directory into change records, and how fast a fresh ADS frontend
+// replays them into its model.
+type RecordsLab interface {
+	// Ingest runs an ingest of dir under a fresh subject prefix until it
+	// is ready (its initial scan published), stops it, and reports.
+	Ingest(ctx context.Context, prefix, dir string) (IngestRun, error)
+	// Replay starts an ADS frontend on prefix, times it until ready (its
+	// model caught up with the stream), and stops it.
+	Replay(ctx context.Context, prefix string) (time.Duration, error)
+	Close() error
+}
+
+// IngestRun is one ingest of a directory.
+type IngestRun struct {
+	// Ready is from the process start to ready.
+	Ready time.Duration
+	// Records is the number of records on the stream.
+	Records int
+	// First and Last are the stream times of the first and last record.
+	First, Last time.Time
+}
+
+// Config of a benchmark run.
+type Config struct {
+	// Systems under test, in the order they alternate; Systems[0] is
+	// pilotwire, Systems[1] the baseline (ratios are Systems[1]/Systems[0]).
+	Systems []System
+	// Bare, if set, is run once per configuration to measure what a bare
+	// gRPC ADS server holds per stream.
+	Bare   System
+	Fleets Fleets
+
+	Proxies []int
+	Meshes  []mesh.Spec
+	Rounds  int // measured rounds per system and configuration
+	Warmup  int // rounds run first and dropped
+	Delta   bool
+	// DecodeAll makes the generator decode every resource of every response.
+	DecodeAll bool
+	// ReconnectFresh makes proxies reconnect as new proxies (holding
+	// nothing) instead of resuming as Envoy does.
+	ReconnectFresh bool
+
+	// The trace.
+	RestartEndpoints int
+	RestartDuration  time.Duration
+	RestartSteps     int
+	// StepTimeout bounds the wait for every proxy to converge.
+	StepTimeout time.Duration
+	// Quiet is how long no response must arrive before a step is over (the
+	// step's CPU and bytes are counted until then); QuietMax caps it.
+	Quiet, QuietMax time.Duration
+	// Settle is a pause between steps, after the quiet period.
+	Settle time.Duration
+
+	// Records, if set, measures the change stream with RecordsMesh.
+	Records       RecordsLab
+	RecordsMesh   mesh.Spec
+	RecordsRepeat int
+
+	// WorkDir holds mesh directories (one per round).
+	WorkDir string
+	// DebounceAfter is pilotwire's push debounce, for the targets.
+	DebounceAfter time.Duration
+
+	Log *slog.Logger
+	// Progress receives one line per step as the run goes.
+	Progress io.Writer
+}

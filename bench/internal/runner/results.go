@@ -1,0 +1,210 @@
+package runner
+
+import (
+	"math"
+	"time"
+
+	"github.com/pilotwire/pilotwire/bench/internal/stats"
+)
+
+// Step names, in trace order.
+const (
+	StepInitial   = "initial"
+	StepEndpoint  = "endpoint"
+	StepService   = "service"
+	StepRestart   = "restart"
+	StepReconnect = "reconnect"
+)
+
+// StepResult is one step of one round.
+type StepResult struct {
+	Name      string `json:"name"`
+	Proxies   int    `json:"proxies"`
+	Converged int    `json:"converged"`
+	// Conv is per-proxy convergence: seconds from the injection (the last
+	// file write; the fleet start for the initial sync; the disconnect for
+	// a reconnect) to the ACK of the response that completed the expected
+	// configuration. Arrival is the same to that response's arrival.
+	Conv    stats.Sample `json:"convergence_s"`
+	Arrival stats.Sample `json:"arrival_s"`
+	// Times are the per-proxy convergence seconds (for the chart).
+	Times []float64 `json:"times_s,omitempty"`
+	// FirstWrite is, for the rolling restart, seconds from the first write
+	// to the last proxy's ACK.
+	FromFirstWrite float64 `json:"from_first_write_s,omitempty"`
+	// CPU is the CPU time of every process of the control plane from just
+	// before the injection until the fleet was quiet; LoadgenCPU that of
+	// the load generator.
+	CPU        float64 `json:"cpu_s"`
+	LoadgenCPU float64 `json:"loadgen_cpu_s"`
+	// Bytes received per proxy: whole DiscoveryResponses, and only the
+	// resources in them.
+	BytesPerProxy         float64 `json:"bytes_per_proxy"`
+	ResourceBytesPerProxy float64 `json:"resource_bytes_per_proxy"`
+	ResponsesPerProxy     float64 `json:"responses_per_proxy"`
+	// ChangedResources and ChangedBytes are what changed in a proxy's
+	// expected configuration: the least a server must send.
+	ChangedResources int `json:"changed_resources"`
+	ChangedBytes     int `json:"changed_bytes"`
+	// NewVersions is the number of distinct resource contents the fleet
+	// saw for the first time during the step.
+	NewVersions int64 `json:"new_versions"`
+	// Marshals counted by the control plane during the step, and per new
+	// resource version. For a server that marshals per response, the
+	// resources it sent are added (derived, not counted by it).
+	Marshals           float64 `json:"marshals"`
+	MarshalsPerVersion float64 `json:"marshals_per_version"`
+	StreamFailures     int64   `json:"stream_failures"`
+	Duration           float64 `json:"duration_s"`
+	// Stages are the control plane's own latency histograms over the step
+	// (pilotwire only): stage -> mean seconds.
+	Stages map[string]float64 `json:"stages_mean_s,omitempty"`
+
+	injectAt float64 // unix seconds of the injection
+}
+
+// RoundResult is one run of the trace against one system.
+type RoundResult struct {
+	System  string       `json:"system"`
+	Round   int          `json:"round"`
+	Warmup  bool         `json:"warmup"`
+	Proxies int          `json:"proxies"`
+	Mesh    string       `json:"mesh"`
+	Steps   []StepResult `json:"steps"`
+	// Resident memory of the ADS frontend: before the fleet connected,
+	// once it was in sync, and at the end of the trace.
+	RSSIdle   uint64 `json:"rss_idle"`
+	RSSSynced uint64 `json:"rss_synced"`
+	RSSEnd    uint64 `json:"rss_end"`
+	// RSSPerStream is (RSSSynced - RSSIdle) / Proxies.
+	RSSPerStream float64 `json:"rss_per_stream"`
+	// FinalStates is the number of distinct configurations the proxies
+	// held at the end (1 when they agree); FinalOK whether it is the
+	// expected one and a fresh reference proxy got it too.
+	FinalStates int     `json:"final_states"`
+	FinalOK     bool    `json:"final_ok"`
+	Err         string  `json:"error,omitempty"`
+	Duration    float64 `json:"duration_s"`
+}
+
+// Step returns the named step, or nil.
+func (r *RoundResult) Step(name string) *StepResult {
+	for i := range r.Steps {
+		if r.Steps[i].Name == name {
+			return &r.Steps[i]
+		}
+	}
+	return nil
+}
+
+// BareResult is the per-stream memory of a bare gRPC ADS server.
+type BareResult struct {
+	RSSIdle      uint64  `json:"rss_idle"`
+	RSSSynced    uint64  `json:"rss_synced"`
+	RSSPerStream float64 `json:"rss_per_stream"`
+	Err          string  `json:"error,omitempty"`
+}
+
+// ConfigResult is every round of one (proxies, mesh) configuration.
+type ConfigResult struct {
+	Proxies int           `json:"proxies"`
+	Mesh    string        `json:"mesh"`
+	Rounds  []RoundResult `json:"rounds"`
+	Bare    *BareResult   `json:"bare,omitempty"`
+}
+
+// RecordsResult measures the change stream.
+type RecordsResult struct {
+	Mesh    string `json:"mesh"`
+	Records int    `json:"records"`
+	// Records per second: ingest publishing (stream time of the first to
+	// the last record), ingest end to end (process start to ready,
+	// including reading and parsing the YAML), replay by a fresh ADS
+	// frontend (process start to ready), and replay net of the frontend's
+	// start-up on an empty stream.
+	IngestPublish  stats.Summary `json:"ingest_publish_per_s"`
+	IngestEndToEnd stats.Summary `json:"ingest_end_to_end_per_s"`
+	Replay         stats.Summary `json:"replay_per_s"`
+	ReplayNet      stats.Summary `json:"replay_net_per_s"`
+	EmptyStart     stats.Summary `json:"empty_start_s"`
+	Err            string        `json:"error,omitempty"`
+}
+
+// Report is everything a run measured.
+type Report struct {
+	Started     time.Time      `json:"started"`
+	CommandLine string         `json:"command_line"`
+	Host        Host           `json:"host"`
+	Settings    Settings       `json:"settings"`
+	Configs     []ConfigResult `json:"configs"`
+	Records     *RecordsResult `json:"records,omitempty"`
+	Duration    float64        `json:"duration_s"`
+}
+
+// Host describes the machine.
+type Host struct {
+	CPUs      int    `json:"cpus"`
+	CPUModel  string `json:"cpu_model"`
+	MemoryGiB int    `json:"memory_gib"`
+	GoVersion string `json:"go_version"`
+	Kernel    string `json:"kernel"`
+}
+
+// Settings are the run's parameters, for the record.
+type Settings struct {
+	Systems          []string `json:"systems"`
+	Rounds           int      `json:"rounds"`
+	Warmup           int      `json:"warmup"`
+	Delta            bool     `json:"delta"`
+	ReconnectFresh   bool     `json:"reconnect_fresh"`
+	Seed             uint64   `json:"seed"`
+	RestartEndpoints int      `json:"restart_endpoints"`
+	RestartDuration  string   `json:"restart_duration"`
+	RestartSteps     int      `json:"restart_steps"`
+	DebounceAfter    string   `json:"debounce_after"`
+	Notes            []string `json:"notes,omitempty"`
+}
+
+// measured returns the measured (not warm-up, not failed) rounds of a
+// system.
+func (c *ConfigResult) measured(system string) []RoundResult {
+	var out []RoundResult
+	for _, r := range c.Rounds {
+		if r.System == system && !r.Warmup && r.Err == "" {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// summarize applies f to the measured rounds of a system.
+func (c *ConfigResult) summarize(system string, f func(*RoundResult) float64) stats.Summary {
+	var vs []float64
+	for _, r := range c.measured(system) {
+		vs = append(vs, f(&r))
+	}
+	return stats.Summarize(vs)
+}
+
+// stepValue returns a function reading one value of one step.
+func stepValue(step string, f func(*StepResult) float64) func(*RoundResult) float64 {
+	return func(r *RoundResult) float64 {
+		s := r.Step(step)
+		if s == nil {
+			return math.NaN()
+		}
+		return f(s)
+	}
+}
+
+// pooledTimes returns the per-proxy convergence times of one step over
+// the measured rounds of a system.
+func (c *ConfigResult) pooledTimes(system, step string) []float64 {
+	var out []float64
+	for _, r := range c.measured(system) {
+		if s := r.Step(step); s != nil {
+			out = append(out, s.Times...)
+		}
+	}
+	return out
+}

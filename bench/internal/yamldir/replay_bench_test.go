@@ -1,0 +1,75 @@
+package yamldir
+
+import (
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/pilotwire/pilotwire/bench/internal/mesh"
+	"github.com/pilotwire/pilotwire/pkg/model"
+	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
+)
+
+// BenchmarkModelReplay applies the change records of the benchmark's
+// 1000x10 mesh to a fresh pkg/model store as a replaying ADS frontend
+// does (protobuf decode, Apply, Snapshot), without NATS: the CPU bound of
+// replay. Profile it with -cpuprofile to see where replay time goes.
+func BenchmarkModelReplay(b *testing.B) {
+	m, err := mesh.New(mesh.Spec{Services: 1000, Endpoints: 10, Seed: 1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	dir := b.TempDir()
+	if err := m.WriteAll(dir); err != nil {
+		b.Fatal(err)
+	}
+	recs, errs := New(dir, "Kubernetes").Scan()
+	if len(errs) > 0 {
+		b.Fatal(errs)
+	}
+	raw := make([][]byte, len(recs))
+	for i, r := range recs {
+		if raw[i], err = proto.Marshal(r); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		s := model.NewStore()
+		for i, data := range raw {
+			var r pb.ChangeRecord
+			if err := proto.Unmarshal(data, &r); err != nil {
+				b.Fatal(err)
+			}
+			if err := s.Apply(&r, uint64(i+1)); err != nil {
+				b.Fatal(err)
+			}
+		}
+		s.Snapshot()
+	}
+	b.ReportMetric(float64(len(raw)*b.N)/b.Elapsed().Seconds(), "records/s")
+}
+
+// BenchmarkReadManifests reads and parses the 1000x10 mesh's YAML with
+// ingest's parser: the CPU bound of ingest reading a directory.
+func BenchmarkReadManifests(b *testing.B) {
+	m, err := mesh.New(mesh.Spec{Services: 1000, Endpoints: 10, Seed: 1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	dir := b.TempDir()
+	if err := m.WriteAll(dir); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	n := 0
+	for b.Loop() {
+		recs, errs := New(dir, "Kubernetes").Scan()
+		if len(errs) > 0 {
+			b.Fatal(errs)
+		}
+		n += len(recs)
+	}
+	b.ReportMetric(float64(n)/b.Elapsed().Seconds(), "records/s")
+}

@@ -1,0 +1,57 @@
+// Package testutil holds the waiting and metric-reading helpers the tests
+// of every pilotwire module share.
+package testutil
+
+import (
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// The two timeouts of pilotwire's tests, declared once.
+const (
+	// DefaultTimeout bounds every wait for something that should happen,
+	// and every test's context: generous, so a loaded CI machine is slow,
+	// not red.
+	DefaultTimeout = 60 * time.Second
+	// ShortTimeout is how long a test watches for something that must not
+	// happen (an extra response, a push to a connection out of scope).
+	ShortTimeout = 300 * time.Millisecond
+)
+
+// Eventually polls cond every few milliseconds until it holds, and fails
+// the test if it does not within DefaultTimeout.
+func Eventually(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.NewTimer(DefaultTimeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		select {
+		case <-deadline.C:
+			t.Fatalf("timed out after %s waiting for %s", DefaultTimeout, what)
+		case <-tick.C:
+		}
+	}
+}
+
+// Metric sums the values of every counter, gauge or untyped series named
+// name in g (0 when there is none).
+func Metric(g prometheus.Gatherer, name string) float64 {
+	mfs, err := g.Gather()
+	if err != nil {
+		return 0
+	}
+	total := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			total += m.GetCounter().GetValue() + m.GetGauge().GetValue() + m.GetUntyped().GetValue()
+		}
+	}
+	return total
+}

@@ -1,5 +1,0 @@
-module github.com/pilotwire/pilotwire/proto
-
-go 1.26
-
-require google.golang.org/protobuf v1.36.12

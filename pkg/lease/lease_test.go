@@ -11,16 +11,15 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/pilotwire/pilotwire/internal/testkit/natstest"
+	"github.com/pilotwire/pilotwire/internal/testkit/testutil"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-const testTimeout = 20 * time.Second
-
 func bucket(t *testing.T, url string) jetstream.KeyValue {
 	t.Helper()
 	_, js := natstest.Connect(t, url)
-	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.DefaultTimeout)
 	defer cancel()
 	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "LEASES", Storage: jetstream.MemoryStorage})
 	if err != nil {
@@ -54,26 +53,13 @@ func run(t *testing.T, kv jetstream.KeyValue, holder string) *instance {
 	return in
 }
 
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(testTimeout)
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		<-tick.C
-	}
-}
-
 // TestOneActiveAndHandover: exactly one of two is active; when the active
 // one stops, the standby takes over.
 func TestOneActiveAndHandover(t *testing.T) {
 	url := natstest.Start(t)
 	a := run(t, bucket(t, url), "a")
 	b := run(t, bucket(t, url), "b")
-	waitUntil(t, "one active", func() bool { return a.active.Load() || b.active.Load() })
+	testutil.Eventually(t, "one active", func() bool { return a.active.Load() || b.active.Load() })
 	// Never both, sampled over several renewal periods.
 	sample := time.NewTicker(5 * time.Millisecond)
 	defer sample.Stop()
@@ -91,7 +77,7 @@ func TestOneActiveAndHandover(t *testing.T) {
 		t.Fatalf("Run() = %v", err)
 	}
 	active.done <- nil // for the cleanup
-	waitUntil(t, "standby active after release", standby.active.Load)
+	testutil.Eventually(t, "standby active after release", standby.active.Load)
 }
 
 // TestTakeoverFromSilentHolder: a holder that stops renewing (its NATS
@@ -99,18 +85,18 @@ func TestOneActiveAndHandover(t *testing.T) {
 func TestTakeoverFromSilentHolder(t *testing.T) {
 	url := natstest.Start(t)
 	nc, js := natstest.Connect(t, url)
-	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.DefaultTimeout)
 	defer cancel()
 	kvA, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "LEASES", Storage: jetstream.MemoryStorage})
 	if err != nil {
 		t.Fatal(err)
 	}
 	a := run(t, kvA, "a")
-	waitUntil(t, "a active", a.active.Load)
+	testutil.Eventually(t, "a active", a.active.Load)
 	b := run(t, bucket(t, url), "b")
 	nc.Close() // a can no longer renew or release
-	waitUntil(t, "a stands by", func() bool { return !a.active.Load() })
-	waitUntil(t, "b takes over", b.active.Load)
+	testutil.Eventually(t, "a stands by", func() bool { return !a.active.Load() })
+	testutil.Eventually(t, "b takes over", b.active.Load)
 	if a.started.Load() != 1 {
 		t.Errorf("a started work %d times, want 1", a.started.Load())
 	}

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+
+	"github.com/pilotwire/pilotwire/internal/testkit/testutil"
 )
 
 // TestConcurrentProducersConsumers runs many producers and consumers (run
@@ -33,7 +35,7 @@ func TestConcurrentProducersConsumers(t *testing.T) {
 }
 
 func runConcurrent(t *testing.T, maxInFlight int, remove bool) {
-	ctx, cancel := context.WithTimeout(t.Context(), defaultTestTimeout)
+	ctx, cancel := context.WithTimeout(t.Context(), testutil.DefaultTimeout)
 	defer cancel()
 	const (
 		producers   = 8
@@ -158,7 +160,7 @@ func runConcurrent(t *testing.T, maxInFlight int, remove bool) {
 // calls while work arrives: a wake-up taken by a cancelled call must reach
 // a live one, or a live call would block with work in the queue.
 func TestCancelledWaitersPassWakeUps(t *testing.T) {
-	ctx, cancel := context.WithTimeout(t.Context(), defaultTestTimeout)
+	ctx, cancel := context.WithTimeout(t.Context(), testutil.DefaultTimeout)
 	defer cancel()
 	for round := range 200 {
 		q := newTestQueue(0)

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/pilotwire/pilotwire/internal/testkit/testutil"
 )
 
 // op is one step of a single-threaded rule test.
@@ -167,7 +169,7 @@ func TestRules(t *testing.T) {
 				case o.shutdown:
 					q.ShutDown()
 				case o.shutErr:
-					ctx, cancel := context.WithTimeout(t.Context(), defaultTestTimeout)
+					ctx, cancel := context.WithTimeout(t.Context(), testutil.DefaultTimeout)
 					_, _, err := q.Dequeue(ctx)
 					cancel()
 					if !errors.Is(err, ErrShutdown) {
@@ -187,7 +189,7 @@ func TestRules(t *testing.T) {
 // TestThrottleBlocksDequeue checks that a blocking Dequeue waits for a
 // MarkDone when MaxInFlight connections are processing.
 func TestThrottleBlocksDequeue(t *testing.T) {
-	ctx, cancel := context.WithTimeout(t.Context(), defaultTestTimeout)
+	ctx, cancel := context.WithTimeout(t.Context(), testutil.DefaultTimeout)
 	defer cancel()
 	q := newTestQueue(2)
 	for i, c := range []string{"a", "b", "c"} {
@@ -198,7 +200,7 @@ func TestThrottleBlocksDequeue(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	short, cancelShort := context.WithTimeout(ctx, shortTimeout)
+	short, cancelShort := context.WithTimeout(ctx, testutil.ShortTimeout)
 	_, _, err := q.Dequeue(short)
 	cancelShort()
 	if !errors.Is(err, context.DeadlineExceeded) {
@@ -234,7 +236,7 @@ func TestThrottleBlocksDequeue(t *testing.T) {
 // waitBlocked polls, with a deadline, until n Dequeue calls are waiting.
 func waitBlocked[R any](t *testing.T, q *Queue[R], n int) {
 	t.Helper()
-	deadline := time.NewTimer(defaultTestTimeout)
+	deadline := time.NewTimer(testutil.DefaultTimeout)
 	defer deadline.Stop()
 	tick := time.NewTicker(time.Millisecond)
 	defer tick.Stop()
@@ -254,7 +256,7 @@ func waitBlocked[R any](t *testing.T, q *Queue[R], n int) {
 }
 
 func TestDequeueContext(t *testing.T) {
-	ctx, cancel := context.WithTimeout(t.Context(), defaultTestTimeout)
+	ctx, cancel := context.WithTimeout(t.Context(), testutil.DefaultTimeout)
 	defer cancel()
 	q := newTestQueue(0)
 
@@ -290,7 +292,7 @@ func TestDequeueContext(t *testing.T) {
 // ErrShutdown when the queue shuts down with no work left, and keep
 // waiting while a processing slot may still bring work back.
 func TestShutDownWakesWaiters(t *testing.T) {
-	ctx, cancel := context.WithTimeout(t.Context(), defaultTestTimeout)
+	ctx, cancel := context.WithTimeout(t.Context(), testutil.DefaultTimeout)
 	defer cancel()
 	q := newTestQueue(0)
 	q.Enqueue("a", reqs{1})
@@ -313,7 +315,7 @@ func TestShutDownWakesWaiters(t *testing.T) {
 	}
 	waitBlocked(t, q, n)
 	q.ShutDown()
-	short, cancelShort := context.WithTimeout(ctx, shortTimeout)
+	short, cancelShort := context.WithTimeout(ctx, testutil.ShortTimeout)
 	select {
 	case r := <-results:
 		t.Fatalf("Dequeue returned %+v while a's slot is pending", r)
@@ -343,7 +345,7 @@ func TestShutDownWakesWaiters(t *testing.T) {
 }
 
 func TestDrain(t *testing.T) {
-	ctx, cancel := context.WithTimeout(t.Context(), defaultTestTimeout)
+	ctx, cancel := context.WithTimeout(t.Context(), testutil.DefaultTimeout)
 	defer cancel()
 	q := newTestQueue(0)
 	q.Enqueue("a", reqs{1})
@@ -354,7 +356,7 @@ func TestDrain(t *testing.T) {
 	}
 
 	// Nobody works: Drain gives up at its deadline and says what is left.
-	short, cancelShort := context.WithTimeout(ctx, shortTimeout)
+	short, cancelShort := context.WithTimeout(ctx, testutil.ShortTimeout)
 	err := q.Drain(short)
 	cancelShort()
 	if !errors.Is(err, context.DeadlineExceeded) {
@@ -394,7 +396,7 @@ func TestDrain(t *testing.T) {
 }
 
 func TestRemoveUnblocksThrottle(t *testing.T) {
-	ctx, cancel := context.WithTimeout(t.Context(), defaultTestTimeout)
+	ctx, cancel := context.WithTimeout(t.Context(), testutil.DefaultTimeout)
 	defer cancel()
 	q := newTestQueue(1)
 	q.Enqueue("a", reqs{1})

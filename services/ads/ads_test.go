@@ -27,16 +27,14 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	"github.com/pilotwire/pilotwire/pkg/bus"
 	"github.com/pilotwire/pilotwire/internal/testkit/natstest"
-	"github.com/pilotwire/pilotwire/pkg/svc"
 	"github.com/pilotwire/pilotwire/internal/testkit/testutil"
+	"github.com/pilotwire/pilotwire/pkg/bus"
+	"github.com/pilotwire/pilotwire/pkg/svc"
 	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
-
-const testTimeout = 30 * time.Second
 
 // frontend is one ADS frontend on embedded JetStream, fed by change records
 // the test publishes itself.
@@ -60,7 +58,7 @@ func startFrontend(t testing.TB, pre func(*frontend)) *frontend {
 	_, js := natstest.Connect(t, url)
 	names, _ := bus.NewNames("pw")
 	f := &frontend{js: js, names: names}
-	sctx, scancel := context.WithTimeout(context.Background(), testTimeout)
+	sctx, scancel := context.WithTimeout(context.Background(), testutil.DefaultTimeout)
 	defer scancel()
 	if _, err := bus.EnsureStream(sctx, js, names.ChangesConfig(bus.StreamOptions{})); err != nil {
 		t.Fatal(err)
@@ -132,7 +130,7 @@ func (f *frontend) publish(t testing.TB, op pb.Op, group, kind string, obj map[s
 		Ref: &pb.ObjectRef{Group: group, Kind: kind, Namespace: md["namespace"].(string), Name: md["name"].(string)},
 	}
 	data, _ := proto.Marshal(rec)
-	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.DefaultTimeout)
 	defer cancel()
 	ack, err := f.js.Publish(ctx, f.names.ChangeSubject("c1", rec.Ref), data)
 	if err != nil {
@@ -220,7 +218,7 @@ func names(r *discovery.DiscoveryResponse) []string {
 
 func TestFirstRequestNeedsNodeID(t *testing.T) {
 	f := startFrontend(t, nil)
-	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.DefaultTimeout)
 	defer cancel()
 	c := dial(ctx, t, f.addr, &core.Node{})
 	c.send(&discovery.DiscoveryRequest{TypeUrl: resource.ClusterType})
@@ -232,7 +230,7 @@ func TestFirstRequestNeedsNodeID(t *testing.T) {
 
 func TestUnknownGeneratorRejected(t *testing.T) {
 	f := startFrontend(t, nil)
-	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.DefaultTimeout)
 	defer cancel()
 	md, _ := structpb.NewStruct(map[string]any{"GENERATOR": "bogus"})
 	c := dial(ctx, t, f.addr, &core.Node{Id: "x", Metadata: md})
@@ -249,7 +247,7 @@ func TestProtocol(t *testing.T) {
 		f.publish(t, pb.Op_OP_ADD, "", "Service", service("default", "a", 80))
 		f.publish(t, pb.Op_OP_ADD, "discovery.k8s.io", "EndpointSlice", slice("default", "a", 8080, "10.1.0.1"))
 	})
-	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.DefaultTimeout)
 	defer cancel()
 	c := dial(ctx, t, f.addr, sidecar())
 	const cl = "outbound|80||a.default.svc.cluster.local"
@@ -309,13 +307,7 @@ func TestProtocol(t *testing.T) {
 // waitApplied polls the frontend's applied-sequence gauge until it reaches seq.
 func (f *frontend) waitApplied(t testing.TB, seq uint64) {
 	t.Helper()
-	waitFor(t, fmt.Sprintf("model applied seq %d", seq), func() bool { return f.gauge("pilotwire_ads_applied_seq") >= float64(seq) })
-}
-
-// waitFor polls cond with a deadline.
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	testutil.Eventually(t, what, cond)
+	testutil.Eventually(t, fmt.Sprintf("model applied seq %d", seq), func() bool { return f.gauge("pilotwire_ads_applied_seq") >= float64(seq) })
 }
 
 func (f *frontend) gauge(name string) float64 { return testutil.Metric(f.reg, name) }

@@ -10,6 +10,7 @@ import (
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	resource "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 
+	"github.com/pilotwire/pilotwire/internal/testkit/testutil"
 	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
 )
 
@@ -36,7 +37,7 @@ func TestDebugEndpoints(t *testing.T) {
 		f.publish(t, pb.Op_OP_ADD, "", "Service", service("default", "a", 80))
 		f.publish(t, pb.Op_OP_ADD, "discovery.k8s.io", "EndpointSlice", slice("default", "a", 8080, "10.1.0.1"))
 	})
-	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.DefaultTimeout)
 	defer cancel()
 	c := dial(ctx, t, f.addr, sidecar())
 	c.send(&discovery.DiscoveryRequest{TypeUrl: resource.ClusterType})
@@ -44,7 +45,7 @@ func TestDebugEndpoints(t *testing.T) {
 	c.send(&discovery.DiscoveryRequest{TypeUrl: resource.ClusterType, VersionInfo: cds.VersionInfo, ResponseNonce: cds.Nonce})
 
 	var rows []syncStatus
-	waitFor(t, "syncz shows the ACK", func() bool {
+	testutil.Eventually(t, "syncz shows the ACK", func() bool {
 		rows = nil
 		getJSON(t, f.http+"/debug/syncz", &rows)
 		return len(rows) == 1 && rows[0].ClusterAcked == cds.VersionInfo

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/pilotwire/pilotwire/internal/testkit/testutil"
 	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
 )
 
@@ -22,7 +23,7 @@ import (
 // by this frontend and waits for every PushDone.
 func (f *frontend) pushAll(t testing.TB, through uint64) []*pb.PushDone {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.DefaultTimeout)
 	defer cancel()
 	kv, err := f.js.KeyValue(ctx, f.names.RegistryBucket())
 	if err != nil {
@@ -68,8 +69,8 @@ func (f *frontend) pushAll(t testing.TB, through uint64) []*pb.PushDone {
 // are there.
 func (f *frontend) waitRegistered(t testing.TB, n int) {
 	t.Helper()
-	waitFor(t, "connections registered", func() bool {
-		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	testutil.Eventually(t, "connections registered", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), testutil.DefaultTimeout)
 		defer cancel()
 		kv, err := f.js.KeyValue(ctx, f.names.RegistryBucket())
 		if err != nil {
@@ -154,7 +155,7 @@ func TestDelta(t *testing.T) {
 		f.publish(t, pb.Op_OP_ADD, "", "Service", service("default", "b", 81))
 		f.publish(t, pb.Op_OP_ADD, "discovery.k8s.io", "EndpointSlice", slice("default", "a", 8080, "10.1.0.1"))
 	})
-	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.DefaultTimeout)
 	defer cancel()
 	const ca, cb, missing = "outbound|80||a.default.svc.cluster.local", "outbound|81||b.default.svc.cluster.local", "outbound|9||nope.default.svc.cluster.local"
 
@@ -241,7 +242,7 @@ func TestVersionsConsistentAcrossFrontends(t *testing.T) {
 		f.publish(t, pb.Op_OP_ADD, "discovery.k8s.io", "EndpointSlice", slice("default", "a", 8080, "10.1.0.1", "10.1.0.2"))
 	})
 	f2 := runFrontend(t, f1.url, "fe-2", nil)
-	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.DefaultTimeout)
 	defer cancel()
 	var got []*discovery.DiscoveryResponse
 	for _, f := range []*frontend{f1, f2} {

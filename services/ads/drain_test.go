@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/pilotwire/pilotwire/internal/testkit/natstest"
+	"github.com/pilotwire/pilotwire/internal/testkit/testutil"
 )
 
 // TestDrainOnShutdown: a stopping frontend keeps serving its streams for
@@ -19,7 +20,7 @@ import (
 func TestDrainOnShutdown(t *testing.T) {
 	url := natstest.Start(t)
 	f := runFrontend(t, url, "fe-drain", func(c *Config) { c.DrainDuration = 300 * time.Millisecond })
-	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.DefaultTimeout)
 	defer cancel()
 	c := dial(ctx, t, f.addr, sidecar())
 	c.send(&discovery.DiscoveryRequest{TypeUrl: resource.ClusterType})
@@ -35,7 +36,7 @@ func TestDrainOnShutdown(t *testing.T) {
 	if d := time.Since(start); d < 300*time.Millisecond {
 		t.Errorf("stream ended %v after shutdown began, before the 300ms drain", d)
 	}
-	waitFor(t, "frontend deregistered", func() bool {
+	testutil.Eventually(t, "frontend deregistered", func() bool {
 		kv, err := f.js.KeyValue(ctx, f.names.RegistryBucket())
 		if err != nil {
 			return false

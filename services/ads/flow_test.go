@@ -8,6 +8,7 @@ import (
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	resource "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 
+	"github.com/pilotwire/pilotwire/internal/testkit/testutil"
 	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
 )
 
@@ -19,7 +20,7 @@ func TestPushesWaitForTheAnswer(t *testing.T) {
 		f.publish(t, pb.Op_OP_ADD, "", "Service", service("default", "a", 80))
 		f.publish(t, pb.Op_OP_ADD, "discovery.k8s.io", "EndpointSlice", slice("default", "a", 8080, "10.1.0.1"))
 	})
-	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.DefaultTimeout)
 	defer cancel()
 	const cl = "outbound|80||a.default.svc.cluster.local"
 	c := dial(ctx, t, f.addr, sidecar())
@@ -53,10 +54,12 @@ func TestPushesWaitForTheAnswer(t *testing.T) {
 			got <- r
 		}
 	}()
+	short := time.NewTimer(testutil.ShortTimeout)
+	defer short.Stop()
 	select {
 	case r := <-got:
 		t.Fatalf("unexpected extra response %s %s", r.GetTypeUrl(), r.GetVersionInfo())
-	case <-time.After(300 * time.Millisecond):
+	case <-short.C:
 	}
 }
 
@@ -68,7 +71,7 @@ func TestReconnectWithCurrentVersionSendsNothing(t *testing.T) {
 		f.publish(t, pb.Op_OP_ADD, "", "Service", service("default", "a", 80))
 	})
 	f2 := runFrontend(t, f.url, "fe-2", nil)
-	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.DefaultTimeout)
 	defer cancel()
 	c := dial(ctx, t, f.addr, sidecar())
 	c.send(&discovery.DiscoveryRequest{TypeUrl: resource.ClusterType})

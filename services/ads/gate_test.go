@@ -5,19 +5,21 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/pilotwire/pilotwire/internal/testkit/testutil"
 )
 
 func TestSeqGate(t *testing.T) {
 	g := newSeqGate()
 	g.advance(3)
-	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.DefaultTimeout)
 	defer cancel()
 	if err := g.wait(ctx, 3); err != nil {
 		t.Fatalf("wait for an applied seq: %v", err)
 	}
 	done := make(chan error, 1)
 	go func() { done <- g.wait(ctx, 5) }()
-	waitFor(t, "a waiter blocked", func() bool { g.mu.Lock(); defer g.mu.Unlock(); return g.waiters == 1 })
+	testutil.Eventually(t, "a waiter blocked", func() bool { g.mu.Lock(); defer g.mu.Unlock(); return g.waiters == 1 })
 	g.advance(4)
 	select {
 	case err := <-done:

@@ -26,6 +26,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/pilotwire/pilotwire/internal/testkit/natstest"
+	"github.com/pilotwire/pilotwire/internal/testkit/testutil"
 )
 
 // testCA issues certificates for the TLS tests.
@@ -127,7 +128,7 @@ func TestMutualTLSIdentity(t *testing.T) {
 	}
 	for i, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+			ctx, cancel := context.WithTimeout(context.Background(), testutil.DefaultTimeout)
 			defer cancel()
 			tc2 := &tls.Config{RootCAs: pool, ServerName: "127.0.0.1", MinVersion: tls.VersionTLS12}
 			if !tc.noCert {
@@ -157,7 +158,7 @@ func TestMutualTLSIdentity(t *testing.T) {
 func TestAdmissionLimit(t *testing.T) {
 	url := natstest.Start(t)
 	f := runFrontend(t, url, "fe-limit", func(c *Config) { c.NewStreamRate, c.NewStreamBurst = 0.001, 1 })
-	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.DefaultTimeout)
 	defer cancel()
 	first := dial(ctx, t, f.addr, sidecar())
 	first.send(&discovery.DiscoveryRequest{TypeUrl: resource.ClusterType})

@@ -10,6 +10,7 @@ import (
 	resource "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/grpc"
 
+	"github.com/pilotwire/pilotwire/internal/testkit/testutil"
 	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
 )
 
@@ -73,7 +74,7 @@ func (c countingADS) StreamAggregatedResources(s sotwStream) error {
 // server and by a frontend, and the frontend's extra cost per stream.
 func BenchmarkIdleStreamMemory(b *testing.B) {
 	const n, warm = 500, 20
-	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.DefaultTimeout)
 	defer cancel()
 
 	// The bare baseline runs twice; the first run warms what any first

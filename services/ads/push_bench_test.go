@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/pilotwire/pilotwire/internal/testkit/testutil"
 	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
 )
 
@@ -91,7 +92,7 @@ func BenchmarkPushEndpointChange(b *testing.B) {
 // connIDs lists the connections this frontend registered.
 func (f *frontend) connIDs(t testing.TB) []string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.DefaultTimeout)
 	defer cancel()
 	kv, err := f.js.KeyValue(ctx, f.names.RegistryBucket())
 	if err != nil {

@@ -8,8 +8,9 @@ import (
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	resource "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 
-	"github.com/pilotwire/pilotwire/pkg/bus"
 	"github.com/pilotwire/pilotwire/internal/testkit/natstest"
+	"github.com/pilotwire/pilotwire/internal/testkit/testutil"
+	"github.com/pilotwire/pilotwire/pkg/bus"
 )
 
 // TestReregistersWhenTimedOut: a pusher that times a frontend out removes
@@ -18,7 +19,7 @@ import (
 func TestReregistersWhenTimedOut(t *testing.T) {
 	url := natstest.Start(t)
 	f := runFrontend(t, url, "fe-re", func(c *Config) { c.HeartbeatInterval = 100 * time.Millisecond })
-	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.DefaultTimeout)
 	defer cancel()
 	c := dial(ctx, t, f.addr, sidecar())
 	c.send(&discovery.DiscoveryRequest{TypeUrl: resource.ClusterType})
@@ -43,7 +44,7 @@ func TestReregistersWhenTimedOut(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.waitRegistered(t, 1)
-	waitFor(t, "re-registration counted", func() bool { return f.gauge("pilotwire_ads_reregistrations_total") >= 1 })
+	testutil.Eventually(t, "re-registration counted", func() bool { return f.gauge("pilotwire_ads_reregistrations_total") >= 1 })
 	if _, err := kv.Get(ctx, bus.FrontendKey("fe-re")); err != nil {
 		t.Errorf("frontend entry not written again: %v", err)
 	}

@@ -7,6 +7,7 @@ import (
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	resource "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 
+	"github.com/pilotwire/pilotwire/internal/testkit/testutil"
 	"github.com/pilotwire/pilotwire/pkg/xdsgen"
 	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
 )
@@ -28,7 +29,7 @@ func TestGenerateOnceSendMany(t *testing.T) {
 			f.publish(t, pb.Op_OP_ADD, "discovery.k8s.io", "EndpointSlice", slice("default", n, 8080, "10.1.0.1"))
 		}
 	})
-	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.DefaultTimeout)
 	defer cancel()
 	const proxies = 40
 	before := xdsgen.Marshals()

@@ -14,17 +14,15 @@ import (
 	"go.uber.org/goleak"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/pilotwire/pilotwire/internal/testkit/natstest"
+	"github.com/pilotwire/pilotwire/internal/testkit/testutil"
 	"github.com/pilotwire/pilotwire/pkg/bus"
 	"github.com/pilotwire/pilotwire/pkg/debounce"
-	"github.com/pilotwire/pilotwire/internal/testkit/natstest"
 	"github.com/pilotwire/pilotwire/pkg/svc"
-	"github.com/pilotwire/pilotwire/internal/testkit/testutil"
 	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
-
-const testTimeout = 60 * time.Second
 
 var names, _ = bus.NewNames("pw")
 
@@ -70,7 +68,7 @@ func (in *instance) leader() bool {
 
 func setupStreams(t *testing.T, js jetstream.JetStream) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.DefaultTimeout)
 	defer cancel()
 	for _, c := range []jetstream.StreamConfig{names.ChangesConfig(bus.StreamOptions{}), names.PushesConfig(bus.StreamOptions{})} {
 		if _, err := bus.EnsureStream(ctx, js, c); err != nil {
@@ -98,7 +96,7 @@ func publishChange(ctx context.Context, t *testing.T, js jetstream.JetStream, i 
 // pushRequests reads every PushRequest in the stream.
 func pushRequests(t *testing.T, js jetstream.JetStream) []*pb.PushRequest {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.DefaultTimeout)
 	defer cancel()
 	s, err := js.Stream(ctx, names.PushesStream())
 	if err != nil {
@@ -138,7 +136,7 @@ func coverage(prs []*pb.PushRequest) map[uint64]int {
 
 func waitCovered(t *testing.T, js jetstream.JetStream, n int) []*pb.PushRequest {
 	t.Helper()
-	deadline := time.Now().Add(testTimeout)
+	deadline := time.Now().Add(testutil.DefaultTimeout)
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -184,7 +182,7 @@ func TestBurstBecomesAFewPushes(t *testing.T) {
 	_, js := natstest.Connect(t, url)
 	setupStreams(t, js)
 	startDebouncer(t, url, "a", debounce.DefaultConfig())
-	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.DefaultTimeout)
 	defer cancel()
 	const n = 1000
 	tick := time.NewTicker(50 * time.Millisecond)
@@ -225,9 +223,9 @@ func TestStandbyTakesOverMidBurst(t *testing.T) {
 	dcfg := debounce.DefaultConfig()
 	dcfg.DebounceAfter = 30 * time.Millisecond
 	a := startDebouncer(t, url, "a", dcfg)
-	waitUntil(t, "a active", a.leader)
+	testutil.Eventually(t, "a active", a.leader)
 	b := startDebouncer(t, url, "b", dcfg)
-	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.DefaultTimeout)
 	defer cancel()
 	const n = 1000
 	tick := time.NewTicker(40 * time.Millisecond)
@@ -246,12 +244,7 @@ func TestStandbyTakesOverMidBurst(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("publishes not acknowledged")
 	}
-	waitUntil(t, "b active", b.leader)
+	testutil.Eventually(t, "b active", b.leader)
 	prs := waitCovered(t, js, n)
 	checkExactlyOnce(t, prs, n)
-}
-
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	testutil.Eventually(t, what, cond)
 }

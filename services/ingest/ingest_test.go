@@ -14,8 +14,8 @@ import (
 	"github.com/spf13/pflag"
 	"go.uber.org/goleak"
 
-	"github.com/pilotwire/pilotwire/pkg/bus"
 	"github.com/pilotwire/pilotwire/internal/testkit/natstest"
+	"github.com/pilotwire/pilotwire/pkg/bus"
 	"github.com/pilotwire/pilotwire/pkg/svc"
 	"github.com/pilotwire/pilotwire/services/ingest"
 	"github.com/pilotwire/pilotwire/services/ingest/internal/ingesttest"

@@ -15,16 +15,14 @@ import (
 	"go.uber.org/goleak"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/pilotwire/pilotwire/pkg/bus"
 	"github.com/pilotwire/pilotwire/internal/testkit/natstest"
-	"github.com/pilotwire/pilotwire/pkg/svc"
 	"github.com/pilotwire/pilotwire/internal/testkit/testutil"
+	"github.com/pilotwire/pilotwire/pkg/bus"
+	"github.com/pilotwire/pilotwire/pkg/svc"
 	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
-
-const testTimeout = 30 * time.Second
 
 var names, _ = bus.NewNames("pw")
 
@@ -62,7 +60,7 @@ func (f *fakeFrontend) expect(n int) <-chan struct{} {
 func newFrontend(t testing.TB, url, id string) *fakeFrontend {
 	t.Helper()
 	nc, js := natstest.Connect(t, url)
-	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.DefaultTimeout)
 	defer cancel()
 	kv, err := bus.EnsureKV(ctx, js, names.RegistryConfig(bus.StreamOptions{}))
 	if err != nil {
@@ -145,7 +143,7 @@ type harness struct {
 func startPusher(t testing.TB, cfg Config) *harness {
 	t.Helper()
 	h := runPusher(t, natstest.Start(t), cfg)
-	waitUntil(t, "pusher active", func() bool { return h.metric("pilotwire_pusher_leader") == 1 })
+	testutil.Eventually(t, "pusher active", func() bool { return h.metric("pilotwire_pusher_leader") == 1 })
 	return h
 }
 
@@ -177,16 +175,11 @@ func (h *harness) metric(name string) float64 { return testutil.Metric(h.reg, na
 func (h *harness) push(t testing.TB, pr *pb.PushRequest) {
 	t.Helper()
 	b, _ := proto.Marshal(pr)
-	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.DefaultTimeout)
 	defer cancel()
 	if _, err := h.js.Publish(ctx, names.PushesSubject(), b); err != nil {
 		t.Fatal(err)
 	}
-}
-
-func waitUntil(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	testutil.Eventually(t, what, cond)
 }
 
 func equal(a, b []uint64) bool {
@@ -209,22 +202,22 @@ func TestFanOutAndScoping(t *testing.T) {
 	fe.register("c-a", 0, "outbound|80||a.ns.svc.cluster.local")
 	fe.register("c-b", 0, "outbound|80||b.ns.svc.cluster.local")
 	fe.register("c-none", 0)
-	waitUntil(t, "connections known", func() bool { return h.metric("pilotwire_pusher_connections") == 3 })
+	testutil.Eventually(t, "connections known", func() bool { return h.metric("pilotwire_pusher_connections") == 3 })
 
 	h.push(t, &pb.PushRequest{Full: true, ThroughSeq: 5, Reasons: map[string]int32{"config": 1}})
 	for _, c := range []string{"c-a", "c-b", "c-none"} {
-		waitUntil(t, c+" pushed", func() bool { return equal(fe.ordersFor(c), []uint64{5}) })
+		testutil.Eventually(t, c+" pushed", func() bool { return equal(fe.ordersFor(c), []uint64{5}) })
 	}
 
 	h.push(t, &pb.PushRequest{ThroughSeq: 8, Reasons: map[string]int32{"endpoint": 1},
 		ConfigKeys: []*pb.ConfigKey{{Kind: "Service", Namespace: "ns", Name: "a"}}})
-	waitUntil(t, "c-a pushed for its endpoints", func() bool { return equal(fe.ordersFor("c-a"), []uint64{5, 8}) })
-	waitUntil(t, "others skipped by scope", func() bool { return h.metric("pilotwire_pusher_skipped_total") == 2 })
+	testutil.Eventually(t, "c-a pushed for its endpoints", func() bool { return equal(fe.ordersFor("c-a"), []uint64{5, 8}) })
+	testutil.Eventually(t, "others skipped by scope", func() bool { return h.metric("pilotwire_pusher_skipped_total") == 2 })
 	// A full push after the skipped one: everyone gets exactly one more.
 	h.push(t, &pb.PushRequest{Full: true, ThroughSeq: 9})
-	waitUntil(t, "c-b pushed", func() bool { return equal(fe.ordersFor("c-b"), []uint64{5, 9}) })
-	waitUntil(t, "c-none pushed", func() bool { return equal(fe.ordersFor("c-none"), []uint64{5, 9}) })
-	waitUntil(t, "c-a pushed", func() bool { return equal(fe.ordersFor("c-a"), []uint64{5, 8, 9}) })
+	testutil.Eventually(t, "c-b pushed", func() bool { return equal(fe.ordersFor("c-b"), []uint64{5, 9}) })
+	testutil.Eventually(t, "c-none pushed", func() bool { return equal(fe.ordersFor("c-none"), []uint64{5, 9}) })
+	testutil.Eventually(t, "c-a pushed", func() bool { return equal(fe.ordersFor("c-a"), []uint64{5, 8, 9}) })
 }
 
 // TestMergeWhileInFlight: requests arriving while a connection's push is in
@@ -233,13 +226,13 @@ func TestMergeWhileInFlight(t *testing.T) {
 	h := startPusher(t, Config{PushTimeout: time.Minute})
 	fe := newFrontend(t, h.url, "fe-1")
 	fe.register("c", 0)
-	waitUntil(t, "connection known", func() bool { return h.metric("pilotwire_pusher_connections") == 1 })
+	testutil.Eventually(t, "connection known", func() bool { return h.metric("pilotwire_pusher_connections") == 1 })
 	fe.setSilent(true)
 	h.push(t, &pb.PushRequest{Full: true, ThroughSeq: 1})
-	waitUntil(t, "first order", func() bool { return len(fe.ordersFor("c")) == 1 })
+	testutil.Eventually(t, "first order", func() bool { return len(fe.ordersFor("c")) == 1 })
 	h.push(t, &pb.PushRequest{Full: true, ThroughSeq: 2})
 	h.push(t, &pb.PushRequest{Full: true, ThroughSeq: 3})
-	waitUntil(t, "both requests consumed", func() bool { return h.metric("pilotwire_pusher_push_requests_total") == 3 })
+	testutil.Eventually(t, "both requests consumed", func() bool { return h.metric("pilotwire_pusher_push_requests_total") == 3 })
 	if got := fe.ordersFor("c"); !equal(got, []uint64{1}) {
 		t.Fatalf("orders while in flight = %v, want only [1]", got)
 	}
@@ -249,7 +242,7 @@ func TestMergeWhileInFlight(t *testing.T) {
 	if err := fe.nc.Publish(names.DoneSubject("p1"), b); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "merged follow-up", func() bool { return equal(fe.ordersFor("c"), []uint64{1, 3}) })
+	testutil.Eventually(t, "merged follow-up", func() bool { return equal(fe.ordersFor("c"), []uint64{1, 3}) })
 }
 
 // TestLevelTriggeredCatchUp: a connection that registers behind the latest
@@ -257,11 +250,11 @@ func TestMergeWhileInFlight(t *testing.T) {
 func TestLevelTriggeredCatchUp(t *testing.T) {
 	h := startPusher(t, Config{})
 	h.push(t, &pb.PushRequest{Full: true, ThroughSeq: 7})
-	waitUntil(t, "request consumed", func() bool { return h.metric("pilotwire_pusher_latest_through_seq") == 7 })
+	testutil.Eventually(t, "request consumed", func() bool { return h.metric("pilotwire_pusher_latest_through_seq") == 7 })
 	fe := newFrontend(t, h.url, "fe-1")
 	fe.register("behind", 3)
 	fe.register("current", 7)
-	waitUntil(t, "behind caught up", func() bool { return equal(fe.ordersFor("behind"), []uint64{7}) })
+	testutil.Eventually(t, "behind caught up", func() bool { return equal(fe.ordersFor("behind"), []uint64{7}) })
 	if got := fe.ordersFor("current"); len(got) != 0 {
 		t.Errorf("up-to-date connection got orders %v", got)
 	}
@@ -274,9 +267,9 @@ func TestDoneTimeoutRequeuesOnce(t *testing.T) {
 	fe := newFrontend(t, h.url, "fe-1")
 	fe.setSilent(true)
 	fe.register("c", 0)
-	waitUntil(t, "connection known", func() bool { return h.metric("pilotwire_pusher_connections") == 1 })
+	testutil.Eventually(t, "connection known", func() bool { return h.metric("pilotwire_pusher_connections") == 1 })
 	h.push(t, &pb.PushRequest{Full: true, ThroughSeq: 4})
-	waitUntil(t, "two timeouts", func() bool { return h.metric("pilotwire_pusher_done_timeouts_total") == 2 })
+	testutil.Eventually(t, "two timeouts", func() bool { return h.metric("pilotwire_pusher_done_timeouts_total") == 2 })
 	if got := fe.ordersFor("c"); !equal(got, []uint64{4, 4}) {
 		t.Fatalf("orders = %v, want the original and one retry", got)
 	}
@@ -289,14 +282,14 @@ func TestDeadFrontendForgotten(t *testing.T) {
 	fe := newFrontend(t, h.url, "fe-dead")
 	fe.register("c1", 0)
 	fe.register("c2", 0)
-	waitUntil(t, "connections known", func() bool { return h.metric("pilotwire_pusher_connections") == 2 })
-	waitUntil(t, "connections forgotten", func() bool { return h.metric("pilotwire_pusher_connections") == 0 })
-	waitUntil(t, "registry cleaned", func() bool {
+	testutil.Eventually(t, "connections known", func() bool { return h.metric("pilotwire_pusher_connections") == 2 })
+	testutil.Eventually(t, "connections forgotten", func() bool { return h.metric("pilotwire_pusher_connections") == 0 })
+	testutil.Eventually(t, "registry cleaned", func() bool {
 		_, err := fe.kv.Get(context.Background(), bus.ConnKey("fe-dead", "c1"))
 		return err != nil
 	})
 	h.push(t, &pb.PushRequest{Full: true, ThroughSeq: 2})
-	waitUntil(t, "request consumed", func() bool { return h.metric("pilotwire_pusher_push_requests_total") == 1 })
+	testutil.Eventually(t, "request consumed", func() bool { return h.metric("pilotwire_pusher_push_requests_total") == 1 })
 	if got := fe.ordersFor("c1"); len(got) != 0 {
 		t.Errorf("forgotten connection got orders %v", got)
 	}
@@ -313,7 +306,7 @@ func BenchmarkFanOut(b *testing.B) {
 			for i := range conns {
 				fe.register(fmt.Sprintf("c%d", i), 0)
 			}
-			waitUntil(b, "connections known", func() bool { return h.metric("pilotwire_pusher_connections") == conns })
+			testutil.Eventually(b, "connections known", func() bool { return h.metric("pilotwire_pusher_connections") == conns })
 			b.ReportAllocs()
 			b.ResetTimer()
 			for i := range b.N {
@@ -331,23 +324,23 @@ func BenchmarkFanOut(b *testing.B) {
 func TestStandbyTakesOver(t *testing.T) {
 	url := natstest.Start(t)
 	a := runPusher(t, url, Config{ID: "pa", LeaseTTL: 600 * time.Millisecond})
-	waitUntil(t, "a active", func() bool { return a.metric("pilotwire_pusher_leader") == 1 })
+	testutil.Eventually(t, "a active", func() bool { return a.metric("pilotwire_pusher_leader") == 1 })
 	b := runPusher(t, url, Config{ID: "pb", LeaseTTL: 600 * time.Millisecond})
 	fe := newFrontend(t, url, "fe-1")
 	fe.register("c", 0)
-	waitUntil(t, "a knows the connection", func() bool { return a.metric("pilotwire_pusher_connections") == 1 })
+	testutil.Eventually(t, "a knows the connection", func() bool { return a.metric("pilotwire_pusher_connections") == 1 })
 	a.push(t, &pb.PushRequest{Full: true, ThroughSeq: 3})
-	waitUntil(t, "pushed by a", func() bool { return equal(fe.ordersFor("c"), []uint64{3}) })
+	testutil.Eventually(t, "pushed by a", func() bool { return equal(fe.ordersFor("c"), []uint64{3}) })
 	if b.metric("pilotwire_pusher_leader") != 0 {
 		t.Fatal("standby active while the active pusher lives")
 	}
 
 	a.nc.Close() // a dies
-	waitUntil(t, "b active", func() bool { return b.metric("pilotwire_pusher_leader") == 1 })
+	testutil.Eventually(t, "b active", func() bool { return b.metric("pilotwire_pusher_leader") == 1 })
 	// The frontend keeps its heartbeat; b pushes the next request.
 	fe.heartbeat()
 	b.push(t, &pb.PushRequest{Full: true, ThroughSeq: 5})
 	// b first catches up what the registry says c is behind on (the fake
 	// frontend never reports a synced sequence there), then pushes 5.
-	waitUntil(t, "pushed by b", func() bool { o := fe.ordersFor("c"); return len(o) > 1 && o[len(o)-1] == 5 })
+	testutil.Eventually(t, "pushed by b", func() bool { o := fe.ordersFor("c"); return len(o) > 1 && o[len(o)-1] == 5 })
 }

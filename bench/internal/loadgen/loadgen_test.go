@@ -16,6 +16,7 @@ import (
 	"github.com/pilotwire/pilotwire/bench/internal/mesh"
 	"github.com/pilotwire/pilotwire/bench/internal/xdsstate"
 	"github.com/pilotwire/pilotwire/bench/internal/yamldir"
+	"github.com/pilotwire/pilotwire/internal/testkit/testutil"
 	"github.com/pilotwire/pilotwire/pkg/xdsgen"
 )
 
@@ -31,8 +32,6 @@ func TestMain(m *testing.M) {
 	}
 	goleak.VerifyTestMain(m)
 }
-
-const testTimeout = 30 * time.Second
 
 // expected returns the State a proxy should reach for the mesh in dir.
 func expected(t *testing.T, dir string) xdsstate.State {
@@ -68,12 +67,14 @@ func startBaseline(t *testing.T, dir, eds string) string {
 			t.Errorf("baseline: %v", err)
 		}
 	})
+	deadline := time.NewTimer(testutil.DefaultTimeout)
+	defer deadline.Stop()
 	select {
 	case a := <-addr:
 		return a
 	case err := <-done:
 		t.Fatalf("baseline: %v", err)
-	case <-time.After(testTimeout):
+	case <-deadline.C:
 		t.Fatal("baseline did not start")
 	}
 	return ""
@@ -94,9 +95,9 @@ func writeMesh(t *testing.T, spec mesh.Spec) (*mesh.Mesh, string) {
 
 func waitAll(t *testing.T, f *Fleet, what string) Result {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.DefaultTimeout)
 	defer cancel()
-	r, err := f.Wait(ctx, testTimeout)
+	r, err := f.Wait(ctx, testutil.DefaultTimeout)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -296,7 +297,7 @@ func TestRemote(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.DefaultTimeout)
 	defer cancel()
 	if err := r.SetTarget(ctx, Target{ID: 7, State: expected(t, dir)}); err != nil {
 		t.Fatal(err)
@@ -304,7 +305,7 @@ func TestRemote(t *testing.T) {
 	if err := r.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	res, err := r.Wait(ctx, testTimeout)
+	res, err := r.Wait(ctx, testutil.DefaultTimeout)
 	if err != nil {
 		t.Fatal(err)
 	}

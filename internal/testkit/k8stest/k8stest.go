@@ -86,10 +86,15 @@ func WithStartTimeout(d time.Duration) Option {
 
 // Start runs a new cluster and returns once the apiserver is ready and the
 // "default" namespace exists. It stops the cluster at the end of the test.
-// It must be called from the test's goroutine; it fails the test (never
-// skips) when the binaries are missing or the cluster does not come up.
+// It must be called from the test's goroutine. Under -short it skips the
+// test (`make test-short` builds no kube-apiserver); otherwise it fails the
+// test, never skips, when the binaries are missing or the cluster does not
+// come up.
 func Start(t testing.TB, opts ...Option) *Cluster {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("k8stest: needs etcd and kube-apiserver; skipped under -short")
+	}
 	o := options{startTimeout: defaultStartTimeout}
 	for _, opt := range opts {
 		opt(&o)

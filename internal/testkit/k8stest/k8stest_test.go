@@ -23,11 +23,11 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/pilotwire/pilotwire/internal/testkit/k8stest"
+	"github.com/pilotwire/pilotwire/internal/testkit/testutil"
 )
 
-// defaultTestTimeout bounds every API call a test makes once the cluster is
+// testutil.DefaultTimeout bounds every API call a test makes once the cluster is
 // up (the cluster's own start-up has its own, longer bound).
-const defaultTestTimeout = 30 * time.Second
 
 // TestMain checks that no goroutine outlives the tests. Each cluster's
 // children are stopped in t.Cleanup, which closes every client connection
@@ -61,7 +61,7 @@ func TestCluster(t *testing.T) {
 	kube, ext, dyn := clientsets(t, c)
 
 	t.Run("services and endpointslices", func(t *testing.T) {
-		ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), testutil.DefaultTimeout)
 		defer cancel()
 		const ns = "bookinfo"
 		if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{
@@ -144,7 +144,7 @@ func TestCluster(t *testing.T) {
 	})
 
 	t.Run("namespace lifecycle admission", func(t *testing.T) {
-		ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), testutil.DefaultTimeout)
 		defer cancel()
 		_, err := kube.CoreV1().ConfigMaps("no-such-namespace").Create(ctx, &corev1.ConfigMap{
 			ObjectMeta: metav1.ObjectMeta{Name: "x"},
@@ -155,7 +155,7 @@ func TestCluster(t *testing.T) {
 	})
 
 	t.Run("CRD and custom resource", func(t *testing.T) {
-		ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), testutil.DefaultTimeout)
 		defer cancel()
 		installVirtualServiceCRD(ctx, t, ext)
 
@@ -191,7 +191,7 @@ func TestCluster(t *testing.T) {
 	})
 
 	t.Run("kubeconfig", func(t *testing.T) {
-		ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), testutil.DefaultTimeout)
 		defer cancel()
 		cfg, err := clientcmd.BuildConfigFromFlags("", c.Kubeconfig)
 		if err != nil {
@@ -265,7 +265,7 @@ func installVirtualServiceCRD(ctx context.Context, t *testing.T, ext apiextensio
 func TestRestartAPIServer(t *testing.T) {
 	c := k8stest.Start(t)
 	kube, _, _ := clientsets(t, c)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*defaultTestTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*testutil.DefaultTimeout)
 	defer cancel()
 
 	cm, err := kube.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{
@@ -305,7 +305,7 @@ func TestTwoClusters(t *testing.T) {
 	}
 	kubeA, _, _ := clientsets(t, a)
 	kubeB, _, _ := clientsets(t, b)
-	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.DefaultTimeout)
 	defer cancel()
 
 	if _, err := kubeA.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{

@@ -17,8 +17,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/pilotwire/pilotwire/pkg/bus"
 	"github.com/pilotwire/pilotwire/internal/testkit/natstest"
+	"github.com/pilotwire/pilotwire/pkg/bus"
 	"github.com/pilotwire/pilotwire/services/ingest/filesource"
 	"github.com/pilotwire/pilotwire/services/ingest/internal/ingesttest"
 	"github.com/pilotwire/pilotwire/services/ingest/publish"

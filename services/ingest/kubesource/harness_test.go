@@ -18,8 +18,9 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
-	"github.com/pilotwire/pilotwire/pkg/bus"
 	"github.com/pilotwire/pilotwire/internal/testkit/natstest"
+	"github.com/pilotwire/pilotwire/internal/testkit/testutil"
+	"github.com/pilotwire/pilotwire/pkg/bus"
 	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
 	"github.com/pilotwire/pilotwire/services/ingest/internal/ingesttest"
 	"github.com/pilotwire/pilotwire/services/ingest/kubesource"
@@ -27,11 +28,10 @@ import (
 
 var names = bus.Names{Prefix: "pw"}
 
-// testTimeout bounds each wait of a test; cluster start-up has its own.
-const testTimeout = 60 * time.Second
+// testutil.DefaultTimeout bounds each wait of a test; cluster start-up has its own.
 
 func testCtx(t testing.TB) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.DefaultTimeout)
 	t.Cleanup(cancel)
 	return ctx
 }
@@ -83,14 +83,14 @@ func (w *world) start(t *testing.T, o kubesource.Options) *run {
 	readyc := make(chan []kubesource.ClusterStatus, 1)
 	go func() { r.done <- src.Run(ctx, func(st []kubesource.ClusterStatus) { readyc <- st }) }()
 	t.Cleanup(func() { r.stop(t) })
-	deadline := time.NewTimer(testTimeout)
+	deadline := time.NewTimer(testutil.DefaultTimeout)
 	defer deadline.Stop()
 	select {
 	case r.ready = <-readyc:
 	case err := <-r.done:
 		t.Fatalf("source stopped before ready: %v", err)
 	case <-deadline.C:
-		t.Fatalf("source not ready within %s; status %+v", testTimeout, src.Status())
+		t.Fatalf("source not ready within %s; status %+v", testutil.DefaultTimeout, src.Status())
 	}
 	return r
 }

@@ -18,8 +18,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/pilotwire/pilotwire/pkg/bus"
 	"github.com/pilotwire/pilotwire/internal/testkit/k8stest"
+	"github.com/pilotwire/pilotwire/pkg/bus"
 	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
 	"github.com/pilotwire/pilotwire/services/ingest/internal/ingesttest"
 	"github.com/pilotwire/pilotwire/services/ingest/kubesource"

@@ -10,8 +10,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/pilotwire/pilotwire/pkg/bus"
 	"github.com/pilotwire/pilotwire/internal/testkit/natstest"
+	"github.com/pilotwire/pilotwire/pkg/bus"
 	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
 	"github.com/pilotwire/pilotwire/services/ingest/internal/ingesttest"
 	"github.com/pilotwire/pilotwire/services/ingest/publish"

@@ -86,21 +86,3 @@ func (d *Debouncer) NextDeadline() (time.Time, bool) {
 // Pending is the number of events added and not yet emitted.
 func (d *Debouncer) Pending() int { return d.debounced.n + d.bypass.n }
 
-// InFlight reports whether an emitted request awaits Done.
-func (d *Debouncer) InFlight() bool { return d.inFlight }
-
-// OldestPendingSeq is the lowest sequence added and not yet emitted. Every
-// added event with a lower sequence is in an emitted request. It reports
-// false when nothing is pending.
-func (d *Debouncer) OldestPendingSeq() (uint64, bool) {
-	switch {
-	case d.debounced.n > 0 && d.bypass.n > 0:
-		return min(d.debounced.firstSeq, d.bypass.firstSeq), true
-	case d.debounced.n > 0:
-		return d.debounced.firstSeq, true
-	case d.bypass.n > 0:
-		return d.bypass.firstSeq, true
-	default:
-		return 0, false
-	}
-}

@@ -317,12 +317,12 @@ func (s *simShell) checkState() error {
 	if got := s.d.Pending(); got != len(s.pending) {
 		return fmt.Errorf("Pending() = %d, want %d", got, len(s.pending))
 	}
-	if got := s.d.InFlight(); got != s.inFlight {
+	if got := s.d.inFlight; got != s.inFlight {
 		return fmt.Errorf("InFlight() = %v, want %v", got, s.inFlight)
 	}
-	oldest, ok := s.d.OldestPendingSeq()
+	oldest, ok := oldestPendingSeq(s.d)
 	if ok != (len(s.pending) > 0) || (ok && oldest != slices.Min(s.pending)) {
-		return fmt.Errorf("OldestPendingSeq() = %d, %v with pending %v", oldest, ok, s.pending)
+		return fmt.Errorf("oldestPendingSeq() = %d, %v with pending %v", oldest, ok, s.pending)
 	}
 	if _, ok := s.d.NextDeadline(); ok && s.inFlight {
 		return fmt.Errorf("deadline armed while in flight")
@@ -352,4 +352,20 @@ func maxTime(a, b time.Time) time.Time {
 		return b
 	}
 	return a
+}
+
+// oldestPendingSeq is the lowest sequence added and not yet emitted: every
+// added event with a lower sequence is in an emitted request. It reports
+// false when nothing is pending.
+func oldestPendingSeq(d *Debouncer) (uint64, bool) {
+	switch {
+	case d.debounced.n > 0 && d.bypass.n > 0:
+		return min(d.debounced.firstSeq, d.bypass.firstSeq), true
+	case d.debounced.n > 0:
+		return d.debounced.firstSeq, true
+	case d.bypass.n > 0:
+		return d.bypass.firstSeq, true
+	default:
+		return 0, false
+	}
 }

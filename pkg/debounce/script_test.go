@@ -181,10 +181,10 @@ func runCommand(d *Debouncer, f []string) (any, error) {
 		return formatTime(at), nil
 	case "state":
 		oldest := "-"
-		if s, ok := d.OldestPendingSeq(); ok {
+		if s, ok := oldestPendingSeq(d); ok {
 			oldest = strconv.FormatUint(s, 10)
 		}
-		return fmt.Sprintf("pending=%d inflight=%v oldest=%s", d.Pending(), d.InFlight(), oldest), nil
+		return fmt.Sprintf("pending=%d inflight=%v oldest=%s", d.Pending(), d.inFlight, oldest), nil
 	default:
 		return nil, fmt.Errorf("unknown command %q", f[0])
 	}

@@ -36,27 +36,15 @@ type Store struct {
 	mesh  *Mesh
 }
 
-// entry is one stored object. Exactly one of raw, svc and slice is set.
+// entry is one stored object: its identity and the record that last wrote
+// it, and for the kinds the mesh reads, the decoded fields (svc or slice).
+// Other kinds are only validated and counted: their bodies stay in the
+// change stream, where the history CLI reads them.
 type entry struct {
 	uid, resourceVersion string
 	seq                  uint64
-	raw                  []byte
 	svc                  *corev1.Service
 	slice                *discoveryv1.EndpointSlice
-}
-
-// Object is a copy of one stored object, for inspection.
-type Object struct {
-	Key             ObjectKey
-	UID             string
-	ResourceVersion string
-	// Seq is the sequence of the record that last wrote the object.
-	Seq uint64
-	// Raw is the JSON of kinds the model does not decode.
-	Raw []byte
-	// Service or EndpointSlice is set for the decoded kinds.
-	Service       *corev1.Service
-	EndpointSlice *discoveryv1.EndpointSlice
 }
 
 // NewStore returns an empty store at sequence 0.
@@ -180,7 +168,7 @@ func decode(key ObjectKey, raw []byte) (*entry, error) {
 		if !json.Valid(raw) {
 			return nil, errors.New("invalid JSON")
 		}
-		return &entry{raw: bytes.Clone(raw)}, nil
+		return &entry{}, nil
 	}
 }
 
@@ -241,24 +229,6 @@ func (s *Store) remove(key ObjectKey) {
 		}
 		s.dirty[sk] = struct{}{}
 	}
-}
-
-// Get returns a copy of the object stored under key.
-func (s *Store) Get(key ObjectKey) (Object, bool) {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	e := s.objects[key]
-	if e == nil {
-		return Object{}, false
-	}
-	o := Object{Key: key, UID: e.uid, ResourceVersion: e.resourceVersion, Seq: e.seq, Raw: bytes.Clone(e.raw)}
-	if e.svc != nil {
-		o.Service = e.svc.DeepCopy()
-	}
-	if e.slice != nil {
-		o.EndpointSlice = e.slice.DeepCopy()
-	}
-	return o, true
 }
 
 // Len returns the number of stored objects of every kind.

@@ -338,35 +338,29 @@ func TestStoreKeepsEveryKind(t *testing.T) {
 	svc := service("shop", "web", "10.0.0.1", svcPort{port: 80})
 	applyAll(t, s, add("c1", cm), add("c2", vs), add("c1", svc))
 
-	got, ok := s.Get(ObjectKey{Cluster: "c1", Kind: "ConfigMap", Namespace: "shop", Name: "cfg"})
-	if !ok {
+	cmKey := ObjectKey{Cluster: "c1", Kind: "ConfigMap", Namespace: "shop", Name: "cfg"}
+	got := s.objects[cmKey]
+	if got == nil {
 		t.Fatal("ConfigMap not stored")
 	}
-	if diff := cmp.Diff(`{"data":{"k":"v"}}`, string(got.Raw)); diff != "" {
-		t.Errorf("raw ConfigMap (-want +got):\n%s", diff)
+	if got.seq != 1 || got.svc != nil || got.slice != nil {
+		t.Errorf("ConfigMap stored as %+v, want seq 1 and nothing decoded", got)
 	}
-	if got.Seq != 1 {
-		t.Errorf("ConfigMap Seq = %d, want 1", got.Seq)
-	}
-	if _, ok := s.Get(ObjectKey{Cluster: "c1", Group: "networking.istio.io", Kind: "VirtualService", Namespace: "shop", Name: "web"}); ok {
+	if s.objects[ObjectKey{Cluster: "c1", Group: "networking.istio.io", Kind: "VirtualService", Namespace: "shop", Name: "web"}] != nil {
 		t.Error("VirtualService found under the wrong cluster")
 	}
-	gotSvc, ok := s.Get(ObjectKey{Cluster: "c1", Kind: KindService, Namespace: "shop", Name: "web"})
-	if !ok || gotSvc.Service == nil || gotSvc.Raw != nil {
+	gotSvc := s.objects[ObjectKey{Cluster: "c1", Kind: KindService, Namespace: "shop", Name: "web"}]
+	if gotSvc == nil || gotSvc.svc == nil {
 		t.Fatalf("Service stored as %+v, want decoded", gotSvc)
 	}
-	if gotSvc.UID != "uid-web" || gotSvc.ResourceVersion != "1" {
-		t.Errorf("uid/resourceVersion = %q/%q", gotSvc.UID, gotSvc.ResourceVersion)
-	}
-	gotSvc.Service.Spec.ClusterIP = "mutated" // a copy: must not reach the store
-	if again, _ := s.Get(gotSvc.Key); again.Service.Spec.ClusterIP != "10.0.0.1" {
-		t.Error("Get returned the stored Service, not a copy")
+	if gotSvc.uid != "uid-web" || gotSvc.resourceVersion != "1" {
+		t.Errorf("uid/resourceVersion = %q/%q", gotSvc.uid, gotSvc.resourceVersion)
 	}
 	if s.Len() != 3 {
 		t.Errorf("Len = %d, want 3", s.Len())
 	}
 	applyAll(t, s, del("c1", cm))
-	if _, ok := s.Get(ObjectKey{Cluster: "c1", Kind: "ConfigMap", Namespace: "shop", Name: "cfg"}); ok || s.Len() != 2 {
+	if s.objects[cmKey] != nil || s.Len() != 2 {
 		t.Errorf("ConfigMap still stored after delete (Len %d)", s.Len())
 	}
 }

@@ -3,7 +3,6 @@ package pushqueue
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 )
 
@@ -31,21 +30,19 @@ type Queue[R any] struct {
 	merge       MergeFunc[R]
 	maxInFlight int
 	final       chan struct{} // closed once shut down with no work left to hand out
-	drained     chan struct{} // closed once shut down with nothing pending or processing
 
 	mu sync.Mutex
 	// guarded by mu
-	fifo          fifo                     // pending connections in order; may hold stale entries
-	pending       map[string]pendingReq[R] // connections in the FIFO and their merged request
-	processing    map[string]slot[R]       // dequeued, not yet marked done
-	stale         int                      // stale entries in fifo
-	slotted       int                      // processing entries whose slot holds a request
-	gen           uint64                   // generation of the latest pending entry
-	shutdown      bool
-	finalClosed   bool
-	drainedClosed bool
-	waiters       []*waiter // blocked Dequeue calls, oldest first
-	spare         []*waiter // waiters kept for reuse
+	fifo        fifo                     // pending connections in order; may hold stale entries
+	pending     map[string]pendingReq[R] // connections in the FIFO and their merged request
+	processing  map[string]slot[R]       // dequeued, not yet marked done
+	stale       int                      // stale entries in fifo
+	slotted     int                      // processing entries whose slot holds a request
+	gen         uint64                   // generation of the latest pending entry
+	shutdown    bool
+	finalClosed bool
+	waiters     []*waiter // blocked Dequeue calls, oldest first
+	spare       []*waiter // waiters kept for reuse
 }
 
 type pendingReq[R any] struct {
@@ -68,7 +65,6 @@ func New[R any](cfg Config, merge MergeFunc[R]) *Queue[R] {
 		merge:       merge,
 		maxInFlight: max(cfg.MaxInFlight, 0),
 		final:       make(chan struct{}),
-		drained:     make(chan struct{}),
 		pending:     make(map[string]pendingReq[R]),
 		processing:  make(map[string]slot[R]),
 	}
@@ -239,22 +235,6 @@ func (q *Queue[R]) ShutDown() {
 	q.signalLocked()
 }
 
-// Drain shuts the queue down and waits until every queued request has been
-// handed out and marked done (or its connection removed), or ctx is done.
-// Workers must keep calling Dequeue and MarkDone meanwhile.
-func (q *Queue[R]) Drain(ctx context.Context) error {
-	q.ShutDown()
-	select {
-	case <-q.drained:
-		return nil
-	case <-ctx.Done():
-		q.mu.Lock()
-		pending, processing := len(q.pending), len(q.processing)
-		q.mu.Unlock()
-		return fmt.Errorf("pushqueue: drain with %d pending, %d processing: %w", pending, processing, ctx.Err())
-	}
-}
-
 // pushLocked appends conn to the FIFO as pending with req.
 func (q *Queue[R]) pushLocked(conn string, req R) {
 	q.gen++
@@ -308,10 +288,6 @@ func (q *Queue[R]) signalLocked() {
 		if !q.finalClosed && len(q.pending) == 0 && q.slotted == 0 {
 			q.finalClosed = true
 			close(q.final)
-		}
-		if !q.drainedClosed && len(q.pending) == 0 && len(q.processing) == 0 {
-			q.drainedClosed = true
-			close(q.drained)
 		}
 	}
 	if len(q.waiters) > 0 && q.readyLocked() {

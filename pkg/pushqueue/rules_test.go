@@ -344,7 +344,9 @@ func TestShutDownWakesWaiters(t *testing.T) {
 	}
 }
 
-func TestDrain(t *testing.T) {
+// TestShutDownHandsOutWhatIsQueued: after ShutDown, queued work is still
+// handed out until it is done; only then does Dequeue say ErrShutdown.
+func TestShutDownHandsOutWhatIsQueued(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), testutil.DefaultTimeout)
 	defer cancel()
 	q := newTestQueue(0)
@@ -354,44 +356,33 @@ func TestDrain(t *testing.T) {
 	if _, _, err := q.Dequeue(ctx); err != nil {
 		t.Fatal(err)
 	}
-
-	// Nobody works: Drain gives up at its deadline and says what is left.
-	short, cancelShort := context.WithTimeout(ctx, testutil.ShortTimeout)
-	err := q.Drain(short)
-	cancelShort()
-	if !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("Drain() error = %v, want DeadlineExceeded", err)
+	q.ShutDown()
+	if q.Enqueue("d", reqs{4}) {
+		t.Fatal("Enqueue accepted after ShutDown")
 	}
-	if want := "pushqueue: drain with 2 pending, 1 processing: context deadline exceeded"; err.Error() != want {
-		t.Errorf("Drain() error = %q, want %q", err, want)
+	if got := fmt.Sprintf("len=%d inflight=%d", q.Len(), q.InFlight()); got != "len=2 inflight=1" {
+		t.Fatalf("after ShutDown: %s, want len=2 inflight=1", got)
 	}
 
-	// A worker finishes the rest; Drain returns once all is marked done.
+	// A worker finishes the rest; the queue empties, then says ErrShutdown.
 	var handled []string
-	workerDone := make(chan error, 1)
-	go func() {
-		q.MarkDone("a")
-		for {
-			conn, _, err := q.Dequeue(ctx)
-			if err != nil {
-				workerDone <- err
-				return
-			}
-			handled = append(handled, conn)
-			q.MarkDone(conn)
+	q.MarkDone("a")
+	for {
+		conn, _, err := q.Dequeue(ctx)
+		if errors.Is(err, ErrShutdown) {
+			break
 		}
-	}()
-	if err := q.Drain(ctx); err != nil {
-		t.Fatalf("Drain() = %v", err)
-	}
-	if err := <-workerDone; !errors.Is(err, ErrShutdown) {
-		t.Fatalf("worker ended with %v, want ErrShutdown", err)
+		if err != nil {
+			t.Fatal(err)
+		}
+		handled = append(handled, conn)
+		q.MarkDone(conn)
 	}
 	if diff := cmp.Diff([]string{"b", "c"}, handled); diff != "" {
 		t.Errorf("handled mismatch (-want +got):\n%s", diff)
 	}
-	if err := q.Drain(ctx); err != nil {
-		t.Fatalf("second Drain() = %v", err)
+	if q.Len() != 0 || q.InFlight() != 0 {
+		t.Errorf("after the last Dequeue: Len %d, InFlight %d", q.Len(), q.InFlight())
 	}
 }
 

@@ -85,4 +85,3 @@ func (d *Debouncer) NextDeadline() (time.Time, bool) {
 
 // Pending is the number of events added and not yet emitted.
 func (d *Debouncer) Pending() int { return d.debounced.n + d.bypass.n }
-

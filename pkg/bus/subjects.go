@@ -126,12 +126,13 @@ func NamespaceToken(ns string) string {
 	return EscapeToken(ns)
 }
 
-// EscapeToken makes s one valid NATS subject token, reversibly: letters,
-// digits, '-' and '_' stay, every other byte becomes %XX. The empty string
-// becomes "%", which no other string escapes to, so that no token is empty.
+// EscapeToken makes s one token valid in a NATS subject, a JetStream KV key
+// and a consumer name, reversibly: letters, digits, '-' and '_' stay, every
+// other byte becomes =XX (upper-case hex). The empty string becomes "=",
+// which no other string escapes to, so that no token is empty.
 func EscapeToken(s string) string {
 	if s == "" {
-		return "%"
+		return string(escapeByte)
 	}
 	clean := true
 	for i := 0; i < len(s); i++ {
@@ -152,7 +153,7 @@ func EscapeToken(s string) string {
 			b.WriteByte(c)
 			continue
 		}
-		b.WriteByte('%')
+		b.WriteByte(escapeByte)
 		b.WriteByte(hex[c>>4])
 		b.WriteByte(hex[c&15])
 	}
@@ -161,16 +162,16 @@ func EscapeToken(s string) string {
 
 // UnescapeToken reverses EscapeToken.
 func UnescapeToken(tok string) (string, error) {
-	if tok == "%" {
+	if tok == string(escapeByte) {
 		return "", nil
 	}
-	if !strings.Contains(tok, "%") {
+	if strings.IndexByte(tok, escapeByte) < 0 {
 		return tok, nil
 	}
 	var b strings.Builder
 	for i := 0; i < len(tok); i++ {
 		c := tok[i]
-		if c != '%' {
+		if c != escapeByte {
 			b.WriteByte(c)
 			continue
 		}
@@ -186,6 +187,12 @@ func UnescapeToken(tok string) (string, error) {
 	}
 	return b.String(), nil
 }
+
+// escapeByte starts an escape. It must be valid in a subject token, a
+// JetStream KV key ([-/_=.a-zA-Z0-9]) and a consumer name, and not plain:
+// '=' is the one byte that is all three. ('%' is not a valid KV key byte:
+// with it, a frontend id with a dot could never heartbeat.)
+const escapeByte = '='
 
 func plainByte(c byte) bool {
 	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_'

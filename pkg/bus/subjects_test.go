@@ -1,6 +1,7 @@
 package bus
 
 import (
+	"regexp"
 	"strings"
 	"testing"
 
@@ -21,11 +22,11 @@ func TestChangeSubject(t *testing.T) {
 		{name: "core kind", cluster: "Kubernetes", ref: &pb.ObjectRef{Kind: "Service", Namespace: "default", Name: "echo"},
 			want: "pw.changes.Kubernetes.Service.default.echo"},
 		{name: "group kind, dotted name", cluster: "c1", ref: &pb.ObjectRef{Group: "discovery.k8s.io", Kind: "EndpointSlice", Namespace: "ns", Name: "a.b"},
-			want: "pw.changes.c1.EndpointSlice%2Ediscovery%2Ek8s%2Eio.ns.a%2Eb"},
+			want: "pw.changes.c1.EndpointSlice=2Ediscovery=2Ek8s=2Eio.ns.a=2Eb"},
 		{name: "cluster-scoped", cluster: "c1", ref: &pb.ObjectRef{Kind: "Node", Name: "n1"},
 			want: "pw.changes.c1.Node._.n1"},
 		{name: "wildcards and spaces escaped", cluster: "a b", ref: &pb.ObjectRef{Kind: "X", Namespace: "*", Name: ">"},
-			want: "pw.changes.a%20b.X.%2A.%3E"},
+			want: "pw.changes.a=20b.X.=2A.=3E"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -47,15 +48,18 @@ func TestNewNamesRejectsBadPrefix(t *testing.T) {
 	}
 }
 
+// validKey is what nats.go accepts as a KV key.
+var validKey = regexp.MustCompile(`^[-/_=.a-zA-Z0-9]+$`)
+
 // FuzzEscapeToken: every string escapes to one valid subject token and back.
 func FuzzEscapeToken(f *testing.F) {
-	for _, s := range []string{"", "a.b", "%", "%00", "x y>z*", "naïve", "a%2Eb"} {
+	for _, s := range []string{"", "a.b", "%", "%00", "=", "=00", "x y>z*", "naïve", "a=2Eb", "a/b"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
 		tok := EscapeToken(s)
-		if tok == "" || strings.ContainsAny(tok, ".*> \t\r\n") {
-			t.Fatalf("EscapeToken(%q) = %q is not one subject token", s, tok)
+		if tok == "" || !validKey.MatchString(tok) || strings.ContainsAny(tok, ".*>/\\") {
+			t.Fatalf("EscapeToken(%q) = %q is not one subject token, KV key token and consumer name", s, tok)
 		}
 		back, err := UnescapeToken(tok)
 		if err != nil || back != s {

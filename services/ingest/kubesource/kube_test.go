@@ -88,7 +88,7 @@ func testCoreKinds(t *testing.T, a *k8stest.Cluster) {
 		t.Fatal(err)
 	}
 	rec = w.waitRecord(t, "slice added", is(pb.Op_OP_ADD, "alpha", "EndpointSlice", "core", "web-1"))
-	checkRecord(t, rec, "pw.changes.alpha.EndpointSlice%2Ediscovery%2Ek8s%2Eio.core.web-1", "v1", string(es.UID), es.ResourceVersion)
+	checkRecord(t, rec, "pw.changes.alpha.EndpointSlice=2Ediscovery=2Ek8s=2Eio.core.web-1", "v1", string(es.UID), es.ResourceVersion)
 	if rec.Rec.GetRef().GetGroup() != "discovery.k8s.io" {
 		t.Errorf("slice group = %q", rec.Rec.GetRef().GetGroup())
 	}
@@ -99,7 +99,7 @@ func testCoreKinds(t *testing.T, a *k8stest.Cluster) {
 		t.Fatal(err)
 	}
 	rec = w.waitRecord(t, "slice updated", is(pb.Op_OP_UPDATE, "alpha", "EndpointSlice", "core", "web-1"))
-	checkRecord(t, rec, "pw.changes.alpha.EndpointSlice%2Ediscovery%2Ek8s%2Eio.core.web-1", "v1", string(es.UID), es.ResourceVersion)
+	checkRecord(t, rec, "pw.changes.alpha.EndpointSlice=2Ediscovery=2Ek8s=2Eio.core.web-1", "v1", string(es.UID), es.ResourceVersion)
 
 	if err := kube.CoreV1().Services("core").Delete(ctx, "web", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
@@ -344,7 +344,7 @@ func testCRDDiscovery(t *testing.T, a *k8stest.Cluster) {
 		t.Fatal(err)
 	}
 	rec := w.waitRecord(t, "virtual service added", is(pb.Op_OP_ADD, "alpha", "VirtualService", "crd", "reviews"))
-	checkRecord(t, rec, "pw.changes.alpha.VirtualService%2Enetworking%2Eistio%2Eio.crd.reviews", "v1", string(created.GetUID()), created.GetResourceVersion())
+	checkRecord(t, rec, "pw.changes.alpha.VirtualService=2Enetworking=2Eistio=2Eio.crd.reviews", "v1", string(created.GetUID()), created.GetResourceVersion())
 
 	deleteCRD(t, a.Config, crd.Name)
 	w.waitRecord(t, "virtual service deleted with its CRD", is(pb.Op_OP_DELETE, "alpha", "VirtualService", "crd", "reviews"))

@@ -1,0 +1,71 @@
+package bus_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/pilotwire/pilotwire/internal/testkit/natstest"
+	"github.com/pilotwire/pilotwire/internal/testkit/testutil"
+	"github.com/pilotwire/pilotwire/pkg/bus"
+	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
+)
+
+// awkwardIDs are ids operators and Kubernetes really use: FQDN host names
+// as frontend ids, host:port connection ids, dotted shard names, non-ASCII.
+var awkwardIDs = []string{"fe-0", "ads-7f9c.example.com", "10.0.0.1:15010", "a.b", "naïve", "a b", "%", "=", "a/b", ""}
+
+// TestNamesAcceptedByJetStream puts every key and subject pilotwire
+// derives from an id into a real JetStream: KV keys (registry, leases),
+// consumer names and subjects must all be accepted, and the id must come
+// back from the key.
+func TestNamesAcceptedByJetStream(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), testutil.DefaultTimeout)
+	defer cancel()
+	_, js := natstest.Connect(t, natstest.Start(t))
+	n, err := bus.NewNames("pw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := bus.EnsureKV(ctx, js, n.RegistryConfig(bus.StreamOptions{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	leases, err := bus.EnsureKV(ctx, js, n.LeaseConfig(bus.StreamOptions{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	changes, err := bus.EnsureStream(ctx, js, n.ChangesConfig(bus.StreamOptions{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range awkwardIDs {
+		t.Run(id, func(t *testing.T) {
+			for _, key := range []string{bus.FrontendKey(id), bus.ConnKey(id, id)} {
+				if _, err := kv.Put(ctx, key, []byte("x")); err != nil {
+					t.Errorf("registry Put(%q) for id %q: %v", key, id, err)
+				}
+				for _, tok := range strings.Split(key, ".")[1:] {
+					if back, err := bus.UnescapeToken(tok); err != nil || back != id {
+						t.Errorf("key %q: token %q unescapes to %q, %v; want %q", key, tok, back, err, id)
+					}
+				}
+			}
+			if _, err := leases.Put(ctx, "pusher-"+bus.EscapeToken(id), []byte("x")); err != nil {
+				t.Errorf("lease Put for shard %q: %v", id, err)
+			}
+			if _, err := js.CreateOrUpdateConsumer(ctx, n.ChangesStream(), jetstream.ConsumerConfig{Durable: n.PusherConsumer(id)}); err != nil {
+				t.Errorf("consumer %q for shard %q: %v", n.PusherConsumer(id), id, err)
+			}
+			subj := n.ChangeSubject(id, &pb.ObjectRef{Kind: "Service", Namespace: id, Name: id})
+			if _, err := js.Publish(ctx, subj, []byte("{}")); err != nil {
+				t.Errorf("publish on %q: %v", subj, err)
+			}
+		})
+	}
+	if _, err := changes.Info(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

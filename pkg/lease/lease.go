@@ -58,12 +58,13 @@ func (e *Elector) Run(ctx context.Context, work func(ctx context.Context) error)
 	tick := time.NewTicker(e.TTL / 3)
 	defer tick.Stop()
 	for {
+		sent := e.Now() // before the write that may win: the deadline runs from here
 		rev, won, err := e.tryAcquire(ctx, &observedRev, &observedAt)
 		if err != nil && ctx.Err() == nil {
 			e.Log.Warn("lease campaign", "key", e.Key, "err", err)
 		}
 		if won {
-			if err := e.lead(ctx, rev, tick, work); err != nil {
+			if err := e.lead(ctx, rev, sent, tick, work); err != nil {
 				return err
 			}
 			observedRev, observedAt = 0, time.Time{}
@@ -108,7 +109,15 @@ func (e *Elector) tryAcquire(ctx context.Context, observedRev *uint64, observedA
 }
 
 // lead runs work while renewing the lease.
-func (e *Elector) lead(ctx context.Context, rev uint64, tick *time.Ticker, work func(context.Context) error) error {
+//
+// The holder's deadline is 2/3 TTL after it sent the write of its last
+// successful renewal (or of the acquisition), never after the reply came:
+// the write may have landed, and a standby started counting, any time
+// after the send. A standby takes over no earlier than TTL after it saw
+// that write, so the holder stops at least TTL/3 before. The deadline is
+// a timer of its own and bounds every renewal's wait, so hung renewals
+// cannot stretch it.
+func (e *Elector) lead(ctx context.Context, rev uint64, sent time.Time, tick *time.Ticker, work func(context.Context) error) error {
 	e.Log.Info("lease acquired: active", "key", e.Key, "holder", e.Holder)
 	if e.Leader != nil {
 		e.Leader.Set(1)
@@ -123,7 +132,16 @@ func (e *Elector) lead(ctx context.Context, rev uint64, tick *time.Ticker, work 
 		defer wg.Done()
 		workErr <- work(wctx)
 	}()
-	lastRenew := e.Now()
+	validFor := e.TTL * 2 / 3
+	validUntil := sent.Add(validFor)
+	expire := time.NewTimer(validUntil.Sub(e.Now()))
+	defer expire.Stop()
+	standBy := func(msg string, args ...any) error {
+		e.Log.Warn(msg, append([]any{"key", e.Key}, args...)...)
+		cancel(ErrLost)
+		wg.Wait()
+		return nil
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -137,26 +155,24 @@ func (e *Elector) lead(ctx context.Context, rev uint64, tick *time.Ticker, work 
 				return err
 			}
 			return nil
+		case <-expire.C:
+			// Cannot renew in time: a standby may take over soon, so stop
+			// before it does.
+			return standBy("lease not renewed in time: standing by")
 		case <-tick.C:
 		}
-		rctx, rcancel := context.WithTimeout(ctx, e.TTL/3)
+		sent := e.Now()
+		rctx, rcancel := context.WithTimeout(ctx, min(e.TTL/3, validUntil.Sub(sent)))
 		nrev, err := e.KV.Update(rctx, e.Key, []byte(e.Holder), rev)
 		rcancel()
 		switch {
 		case err == nil:
-			rev, lastRenew = nrev, e.Now()
+			rev, validUntil = nrev, sent.Add(validFor)
+			expire.Reset(validUntil.Sub(e.Now()))
 		case isConflict(err):
-			e.Log.Warn("lease lost to another holder: standing by", "key", e.Key)
-			cancel(ErrLost)
-			wg.Wait()
-			return nil
-		case e.Now().Sub(lastRenew) > e.TTL*2/3:
-			// Cannot renew in time: a standby may take over soon, so stop
-			// before it does.
-			e.Log.Warn("lease not renewed in time: standing by", "key", e.Key, "err", err)
-			cancel(ErrLost)
-			wg.Wait()
-			return nil
+			return standBy("lease lost to another holder: standing by")
+		case !e.Now().Before(validUntil):
+			return standBy("lease not renewed in time: standing by", "err", err)
 		default:
 			e.Log.Warn("lease renewal failed, retrying", "key", e.Key, "err", err)
 		}

@@ -101,3 +101,82 @@ func TestTakeoverFromSilentHolder(t *testing.T) {
 		t.Errorf("a started work %d times, want 1", a.started.Load())
 	}
 }
+
+// slowRenewKV answers the first renewal late (the write is made at once,
+// the reply arrives replyDelay later) and lets every later renewal hang
+// until its context ends: a holder on a degraded link.
+type slowRenewKV struct {
+	jetstream.KeyValue
+	replyDelay time.Duration
+	updates    atomic.Int32
+}
+
+func (kv *slowRenewKV) Update(ctx context.Context, key string, value []byte, last uint64) (uint64, error) {
+	if kv.updates.Add(1) > 1 {
+		<-ctx.Done()
+		return 0, ctx.Err()
+	}
+	rev, err := kv.KeyValue.Update(ctx, key, value, last)
+	late := time.NewTimer(kv.replyDelay)
+	defer late.Stop()
+	<-late.C
+	return rev, err
+}
+
+// TestHolderStopsBeforeAnyStandbyMayTakeOver: the holder's deadline runs
+// from when its last successful renewal was sent, not from when the reply
+// came. The test watches the lease key and plays the most eager standby
+// there can be: one that sees every write the instant it is made, and so
+// may take over TTL after the last write. The holder's work must have
+// stopped well before then (its own deadline is 2/3 TTL after it sent the
+// renewal; the test allows TTL/6 more for scheduling), however slow its
+// replies and however long its renewals hang.
+func TestHolderStopsBeforeAnyStandbyMayTakeOver(t *testing.T) {
+	const ttl = 1500 * time.Millisecond
+	url := natstest.Start(t)
+	ctx, cancel := context.WithTimeout(t.Context(), testutil.DefaultTimeout)
+	defer cancel()
+	watchKV := bucket(t, url)
+	w, err := watchKV.Watch(ctx, "debouncer", jetstream.UpdatesOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	kv := &slowRenewKV{KeyValue: bucket(t, url), replyDelay: ttl / 3 * 9 / 10}
+	stopped := make(chan time.Time, 1)
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	e := &Elector{KV: kv, Key: "debouncer", Holder: "a", TTL: ttl, Log: slog.New(slog.DiscardHandler)}
+	go func() {
+		done <- e.Run(runCtx, func(ctx context.Context) error {
+			<-ctx.Done()
+			stopped <- time.Now()
+			return nil
+		})
+	}()
+	defer func() { stop(); <-done }()
+
+	var lastWrite time.Time
+	for {
+		select {
+		case entry := <-w.Updates():
+			if entry != nil && entry.Operation() == jetstream.KeyValuePut {
+				lastWrite = time.Now()
+			}
+			continue
+		case at := <-stopped:
+			if lastWrite.IsZero() {
+				t.Fatal("work stopped before the lease was ever written")
+			}
+			if kv.updates.Load() < 2 {
+				t.Fatalf("work stopped after %d renewals; want the slow one and at least one hung one", kv.updates.Load())
+			}
+			if after := at.Sub(lastWrite); after >= ttl*5/6 {
+				t.Fatalf("work stopped %v after the last write; a standby may take over %v after it, and the holder must stop by %v", after, ttl, ttl*5/6)
+			}
+			return
+		case <-ctx.Done():
+			t.Fatal("the holder never stopped while its renewals hung")
+		}
+	}
+}

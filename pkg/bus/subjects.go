@@ -11,6 +11,13 @@ import (
 	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
 )
 
+// MaxSubjectLen bounds every subject pilotwire publishes on. The server
+// refuses a control line over its max_control_line (4 KiB by default) and
+// nats.go then closes the connection for good; names that Kubernetes
+// validates (253-byte names, 63-byte namespaces) stay far below it even
+// escaped. A publisher refuses a longer subject instead of sending it.
+const MaxSubjectLen = 1024
+
 // DefaultPrefix is the subject prefix used when none is configured.
 const DefaultPrefix = "pw"
 

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 
+	"k8s.io/apimachinery/pkg/api/validation/path"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/yaml"
 )
 
@@ -57,6 +59,7 @@ const (
 	ReasonMissingKind       Reason = "missing_kind"
 	ReasonMissingName       Reason = "missing_name"
 	ReasonInvalidMetadata   Reason = "invalid_metadata"
+	ReasonInvalidName       Reason = "invalid_name"
 	ReasonNestedList        Reason = "nested_list"
 	ReasonUnreadableFile    Reason = "unreadable_file"
 	ReasonFileTooLarge      Reason = "file_too_large"
@@ -205,6 +208,14 @@ func object(m map[string]any) (Object, Reason, error) {
 		}
 		uid = s
 	}
+	if err := validateName(group, kind, name); err != nil {
+		return o, ReasonInvalidName, err
+	}
+	if ns != "" {
+		if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
+			return o, ReasonInvalidName, fmt.Errorf("metadata.namespace %q: %s", ns, strings.Join(errs, "; "))
+		}
+	}
 	switch ScopeOf(group, kind) {
 	case Namespaced:
 		if ns == "" {
@@ -223,6 +234,36 @@ func object(m map[string]any) (Object, Reason, error) {
 		return o, ReasonMalformed, err
 	}
 	return Object{Group: group, Version: version, Kind: kind, Namespace: ns, Name: name, UID: uid, JSON: js}, "", nil
+}
+
+// validateName checks metadata.name as the API server would for the kind:
+// Services and Namespaces are DNS labels (RFC 1035 and 1123), RBAC objects
+// path segments (so "system:..." names pass), everything else a DNS-1123
+// subdomain (at most 253 bytes). An object the API server would refuse is
+// refused here too, and so nothing unbounded reaches a subject.
+func validateName(group, kind, name string) error {
+	var errs []string
+	switch {
+	case group == "" && kind == "Service":
+		errs = validation.IsDNS1035Label(name)
+	case group == "" && kind == "Namespace":
+		errs = validation.IsDNS1123Label(name)
+	case group == "rbac.authorization.k8s.io":
+		errs = path.IsValidPathSegmentName(name)
+		if len(name) > validation.DNS1123SubdomainMaxLength {
+			errs = append(errs, validation.MaxLenError(validation.DNS1123SubdomainMaxLength))
+		}
+	default:
+		errs = validation.IsDNS1123Subdomain(name)
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	shown := name
+	if len(shown) > 64 {
+		shown = shown[:64] + "..."
+	}
+	return fmt.Errorf("metadata.name %q (%d bytes) is not a valid %s name: %s", shown, len(name), kind, strings.Join(errs, "; "))
 }
 
 func splitAPIVersion(av string) (group, version string, ok bool) {

@@ -10,6 +10,9 @@ import (
 const (
 	RejectTooLarge    = "too_large"
 	RejectEmptyObject = "empty_object"
+	// RejectSubjectTooLong: the object's subject is longer than
+	// bus.MaxSubjectLen (a name no API server would accept).
+	RejectSubjectTooLong = "subject_too_long"
 )
 
 type metrics struct {

@@ -89,6 +89,13 @@ func (p *Publisher) plan(ctx context.Context, c Change) (*outMsg, Result, error)
 	var res Result
 	o := &c.Object
 	k := o.Key
+	if subj := p.opts.Names.ChangeSubject(p.opts.Cluster, k.ref("")); len(subj) > bus.MaxSubjectLen {
+		// The server would refuse the control line and nats.go would close
+		// the connection for good, stopping every cluster's publishing.
+		p.reject(RejectSubjectTooLong, o, len(subj), "subject too long")
+		res.Rejected++
+		return nil, res, nil
+	}
 	cur := p.state[k]
 	live := cur != nil && cur.live
 	var prevSeq uint64
@@ -196,9 +203,17 @@ func (p *Publisher) record(k Key, version string, op pb.Op, uid, rv string, obj 
 
 func (p *Publisher) reject(reason string, o *Object, size int, msg string) {
 	p.metrics.rejected.WithLabelValues(reason).Inc()
+	limit := p.maxSize
+	if reason == RejectSubjectTooLong {
+		limit = bus.MaxSubjectLen
+	}
+	name := o.Key.Name
+	if len(name) > 64 {
+		name = name[:64] + "..."
+	}
 	p.log.Error("rejecting change record: "+msg, "reason", reason, "source", o.Source,
-		"kind", o.Key.KindLabel(), "namespace", o.Key.Namespace, "name", o.Key.Name,
-		"size", size, "limit", p.maxSize)
+		"kind", o.Key.KindLabel(), "namespace", o.Key.Namespace, "name", name,
+		"size", size, "limit", limit)
 }
 
 // headerSize is the wire size of a NATS header block, which counts against

@@ -283,6 +283,34 @@ func TestOversizedRecordIsRejected(t *testing.T) {
 	}
 }
 
+// TestOverlongSubjectIsRejected: an object whose subject would pass the
+// server's control line limit is refused, logged and counted, and the
+// connection stays up for everything else (nats.go closes a connection
+// for good when the server refuses a control line).
+func TestOverlongSubjectIsRejected(t *testing.T) {
+	e := newEnv(t)
+	p := e.start(t)
+	long := obj("ConfigMap", "default", strings.Repeat("a.", 1500)+"z", "1")
+	small := obj("ConfigMap", "default", "small", "1")
+	res, err := p.Sync(testCtx(t), []publish.Object{long, small})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res != (publish.Result{Published: 1, Rejected: 1}) {
+		t.Errorf("result %+v, want 1 published and 1 rejected", res)
+	}
+	if got := metric(t, e.reg, "pilotwire_ingest_rejected_records_total", map[string]string{"reason": "subject_too_long"}); got != 1 {
+		t.Errorf("rejected{subject_too_long} = %v, want 1", got)
+	}
+	// The connection still works: the next change is published.
+	if res, err := p.Apply(testCtx(t), publish.Upsert(obj("ConfigMap", "default", "after", "1"))); err != nil || res != (publish.Result{Published: 1}) {
+		t.Fatalf("publish after the rejected object: %+v, %v", res, err)
+	}
+	if diff := cmp.Diff([]string{"OP_ADD ConfigMap default/small", "OP_ADD ConfigMap default/after"}, summary(e.records(t))); diff != "" {
+		t.Errorf("records (-want +got):\n%s", diff)
+	}
+}
+
 func TestOversizedDeleteDropsTheObject(t *testing.T) {
 	e := newEnv(t)
 	p := e.start(t, func(o *publish.Options) { o.Stream.MaxMsgSize = 4096 })

@@ -2,8 +2,10 @@ package bus_test
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -67,5 +69,45 @@ func TestNamesAcceptedByJetStream(t *testing.T) {
 	}
 	if _, err := changes.Info(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestRemovedKeysLeaveNothingBehind: keys removed with RemoveKey are gone
+// from the bucket's stream once the marker TTL has passed, so the bucket's
+// size is bounded by its live keys.
+func TestRemovedKeysLeaveNothingBehind(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), testutil.DefaultTimeout)
+	defer cancel()
+	_, js := natstest.Connect(t, natstest.Start(t))
+	n, err := bus.NewNames("pw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := bus.EnsureKV(ctx, js, n.RegistryConfig(bus.StreamOptions{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const live, removed = 3, 50
+	for i := range live + removed {
+		if _, err := kv.Put(ctx, bus.ConnKey("fe", strconv.Itoa(i)), []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := live; i < live+removed; i++ {
+		if err := bus.RemoveKey(ctx, kv, bus.ConnKey("fe", strconv.Itoa(i)), time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, err := js.Stream(ctx, "KV_"+n.RegistryBucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, "only the live keys left in the bucket", func() bool {
+		info, err := s.Info(ctx)
+		return err == nil && info.State.Msgs == live
+	})
+	keys, err := kv.Keys(ctx)
+	if err != nil || len(keys) != live {
+		t.Errorf("keys %v, %v; want %d live keys", keys, err, live)
 	}
 }

@@ -101,17 +101,37 @@ func (n Names) DeliveriesConfig(o StreamOptions) jetstream.StreamConfig {
 	}
 }
 
+// RegistryMarkerTTL is how long the marker of a removed registry key stays
+// in the bucket. A watcher that is connected sees the removal at once; the
+// marker only has to outlive a watcher's reconnect. Without a TTL every
+// connection ever made would leave one marker forever, and a pusher's
+// watch would replay them all at each take-over.
+const RegistryMarkerTTL = 5 * time.Minute
+
 // RegistryConfig is the KV bucket of frontends and connections. Liveness is
-// judged by frontend heartbeats, not by key TTLs.
+// judged by frontend heartbeats, not by key TTLs; per-message TTLs are on
+// so that removal markers expire (RemoveKey).
 func (n Names) RegistryConfig(o StreamOptions) jetstream.KeyValueConfig {
 	o = o.withDefaults()
 	return jetstream.KeyValueConfig{
-		Bucket:      n.RegistryBucket(),
-		Description: "pilotwire ADS frontends and their connections",
-		History:     1,
-		Storage:     o.storage(),
-		Replicas:    o.Replicas,
+		Bucket:         n.RegistryBucket(),
+		Description:    "pilotwire ADS frontends and their connections",
+		History:        1,
+		Storage:        o.storage(),
+		Replicas:       o.Replicas,
+		LimitMarkerTTL: RegistryMarkerTTL,
 	}
+}
+
+// RemoveKey removes key from a bucket with a purge marker that the server
+// deletes after ttl (the bucket needs per-message TTLs: LimitMarkerTTL).
+// Watchers see the removal as a purge; after ttl nothing of the key is
+// left.
+func RemoveKey(ctx context.Context, kv jetstream.KeyValue, key string, ttl time.Duration) error {
+	if err := kv.Purge(ctx, key, jetstream.PurgeTTL(ttl)); err != nil {
+		return fmt.Errorf("remove key %s: %w", key, err)
+	}
+	return nil
 }
 
 // EnsureStream creates or updates a stream.

@@ -158,7 +158,7 @@ func (r *registry) flush(ctx context.Context) {
 		key := bus.ConnKey(r.fe.GetId(), id)
 		var err error
 		if ci == nil {
-			err = r.kv.Delete(ctx, key)
+			err = bus.RemoveKey(ctx, r.kv, key, bus.RegistryMarkerTTL)
 		} else {
 			var b []byte
 			if b, err = proto.Marshal(ci); err == nil {
@@ -188,13 +188,13 @@ func (r *registry) deregister() {
 	lister, err := r.kv.ListKeysFiltered(ctx, "conn."+bus.EscapeToken(r.fe.GetId())+".>")
 	if err == nil {
 		for k := range lister.Keys() {
-			if err := r.kv.Delete(ctx, k); err != nil {
+			if err := bus.RemoveKey(ctx, r.kv, k, bus.RegistryMarkerTTL); err != nil {
 				r.metrics.registryErrors.Inc()
 				r.log.Warn("deregister connection", "key", k, "err", err)
 			}
 		}
 	}
-	if err := r.kv.Delete(ctx, bus.FrontendKey(r.fe.GetId())); err != nil {
+	if err := bus.RemoveKey(ctx, r.kv, bus.FrontendKey(r.fe.GetId()), bus.RegistryMarkerTTL); err != nil {
 		r.log.Warn("deregister frontend", "err", err)
 	}
 }

@@ -151,7 +151,7 @@ func (p *Pusher) expireFrontends(ctx context.Context) {
 			keys = append(keys, bus.ConnKey(d.fe, c))
 		}
 		for _, k := range keys {
-			if err := p.kv.Delete(ctx, k); err != nil && ctx.Err() == nil {
+			if err := bus.RemoveKey(ctx, p.kv, k, bus.RegistryMarkerTTL); err != nil && ctx.Err() == nil {
 				p.m.registryErrors.Inc()
 				p.log.Warn("clean registry entry of a dead frontend", "key", k, "err", err)
 			}

@@ -19,13 +19,11 @@ import (
 // as frontend ids, host:port connection ids, dotted shard names, non-ASCII.
 var awkwardIDs = []string{"fe-0", "ads-7f9c.example.com", "10.0.0.1:15010", "a.b", "naïve", "a b", "%", "=", "a/b", ""}
 
-// TestNamesAcceptedByJetStream puts every key and subject pilotwire
-// derives from an id into a real JetStream: KV keys (registry, leases),
-// consumer names and subjects must all be accepted, and the id must come
-// back from the key.
-func TestNamesAcceptedByJetStream(t *testing.T) {
+// registry starts JetStream and creates the registry bucket.
+func registry(t *testing.T) (context.Context, jetstream.JetStream, bus.Names, jetstream.KeyValue) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), testutil.DefaultTimeout)
-	defer cancel()
+	t.Cleanup(cancel)
 	_, js := natstest.Connect(t, natstest.Start(t))
 	n, err := bus.NewNames("pw")
 	if err != nil {
@@ -35,6 +33,15 @@ func TestNamesAcceptedByJetStream(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return ctx, js, n, kv
+}
+
+// TestNamesAcceptedByJetStream puts every key and subject pilotwire
+// derives from an id into a real JetStream: KV keys (registry, leases),
+// consumer names and subjects must all be accepted, and the id must come
+// back from the key.
+func TestNamesAcceptedByJetStream(t *testing.T) {
+	ctx, js, n, kv := registry(t)
 	leases, err := bus.EnsureKV(ctx, js, n.LeaseConfig(bus.StreamOptions{}))
 	if err != nil {
 		t.Fatal(err)
@@ -76,17 +83,7 @@ func TestNamesAcceptedByJetStream(t *testing.T) {
 // from the bucket's stream once the marker TTL has passed, so the bucket's
 // size is bounded by its live keys.
 func TestRemovedKeysLeaveNothingBehind(t *testing.T) {
-	ctx, cancel := context.WithTimeout(t.Context(), testutil.DefaultTimeout)
-	defer cancel()
-	_, js := natstest.Connect(t, natstest.Start(t))
-	n, err := bus.NewNames("pw")
-	if err != nil {
-		t.Fatal(err)
-	}
-	kv, err := bus.EnsureKV(ctx, js, n.RegistryConfig(bus.StreamOptions{}))
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, js, n, kv := registry(t)
 	const live, removed = 3, 50
 	for i := range live + removed {
 		if _, err := kv.Put(ctx, bus.ConnKey("fe", strconv.Itoa(i)), []byte("x")); err != nil {

@@ -381,27 +381,24 @@ func (p *publisher) publish(ctx context.Context, e emitted) error {
 		return fmt.Errorf("marshal push request: %w", err)
 	}
 	msgID := "push-" + strconv.FormatUint(pr.GetThroughSeq(), 10)
-	backoff := 100 * time.Millisecond
-	for {
+	err = svc.Retry(ctx, svc.RetryOptions{
+		First: 100 * time.Millisecond, Max: 5 * time.Second,
+		Log: p.log, Msg: "publish push request, retrying", Attrs: []any{"through_seq", pr.GetThroughSeq()},
+		Failures: p.m.publishErrors,
+	}, func() error {
 		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
 		ack, err := p.js.Publish(pctx, p.subject, b, jetstream.WithMsgID(msgID))
-		cancel()
-		if err == nil {
-			p.m.published.Inc()
-			p.m.lastThroughSeq.Set(float64(pr.GetThroughSeq()))
-			p.log.Debug("push request published", "seq", ack.Sequence, "through_seq", pr.GetThroughSeq(), "merged", pr.GetMergedEvents(), "full", pr.GetFull(), "duplicate", ack.Duplicate)
-			break
+		if err != nil {
+			return err
 		}
-		p.m.publishErrors.Inc()
-		p.log.Warn("publish push request, retrying", "through_seq", pr.GetThroughSeq(), "err", err, "backoff", backoff)
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		case <-t.C:
-		}
-		backoff = min(2*backoff, 5*time.Second)
+		p.m.published.Inc()
+		p.m.lastThroughSeq.Set(float64(pr.GetThroughSeq()))
+		p.log.Debug("push request published", "seq", ack.Sequence, "through_seq", pr.GetThroughSeq(), "merged", pr.GetMergedEvents(), "full", pr.GetFull(), "duplicate", ack.Duplicate)
+		return nil
+	})
+	if err != nil {
+		return err // ctx ended
 	}
 	// Acknowledge every change; the last ack is confirmed by the server, and
 	// acks on one connection are processed in order, so when it returns all

@@ -85,7 +85,8 @@ func Run(ctx context.Context, cfg Config, js jetstream.JetStream, log *slog.Logg
 			return err
 		}
 		sources = append(sources, func(ctx context.Context) error {
-			if err := startPublisher(ctx, pub, log, func(r string) { ready.set("files", r) }); err != nil {
+			notReady := func(err error, _ time.Duration) { ready.set("files", "reading the change stream: "+err.Error()) }
+			if err := pub.StartRetrying(ctx, notReady); err != nil {
 				return nil // ctx ended
 			}
 			ready.set("files", "publishing the initial scan")
@@ -229,14 +230,4 @@ func (r *readiness) check() {
 		r.fired = true
 		r.onReady()
 	}
-}
-
-// startPublisher retries Start with backoff: NATS or the stream may not be
-// there yet. It returns an error only when ctx ends.
-func startPublisher(ctx context.Context, pub *publish.Publisher, log *slog.Logger, notReady func(string)) error {
-	return svc.Retry(ctx, 500*time.Millisecond, 30*time.Second, func() error { return pub.Start(ctx) },
-		func(err error, wait time.Duration) {
-			notReady("reading the change stream: " + err.Error())
-			log.Warn("cannot read the change stream, retrying", "err", err, "backoff", wait)
-		})
 }

@@ -70,7 +70,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Buckets: prometheus.ExponentialBuckets(1, 2, 10),
 		}),
 		registryErrors: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "pilotwire_pusher_registry_errors_total", Help: "Failed writes to the registry bucket.",
+			Name: "pilotwire_pusher_registry_errors_total", Help: "Failed writes to and watches of the registry bucket (watches are retried every second).",
 		}),
 		sendErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "pilotwire_pusher_send_errors_total", Help: "Push order batches that could not be sent (their done timeout re-queues them).",

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/pilotwire/pilotwire/pkg/bus"
+	"github.com/pilotwire/pilotwire/pkg/svc"
 	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
 )
 
@@ -16,13 +17,16 @@ import (
 // behind the latest PushRequest.
 func (p *Pusher) watchRegistry(ctx context.Context) {
 	for ctx.Err() == nil {
-		w, err := p.kv.WatchAll(ctx)
+		var w jetstream.KeyWatcher
+		err := svc.Retry(ctx, svc.RetryOptions{
+			First: time.Second, Max: time.Second,
+			Log: p.log, Msg: "watch registry, retrying", Failures: p.m.registryErrors,
+		}, func() (err error) {
+			w, err = p.kv.WatchAll(ctx)
+			return err
+		})
 		if err != nil {
-			p.log.Warn("watch registry", "err", err)
-			if !sleepCtx(ctx, time.Second) {
-				return
-			}
-			continue
+			return // ctx ended
 		}
 		for e := range w.Updates() {
 			if e == nil {
@@ -187,17 +191,6 @@ func (p *Pusher) expireOrders() {
 	p.mu.Unlock()
 	for _, f := range timedOut {
 		p.markDone(f.frontend, f.conn)
-	}
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
 	}
 }
 

@@ -19,7 +19,7 @@ func newCommand() *cobra.Command {
 	cmd := svc.Command("ingest", "Publish Kubernetes objects (a manifest directory, live clusters, or both) to the pilotwire change stream",
 		ingest.DefaultHTTPAddr, &cfg.Common, func() error { return cfg.Validate() },
 		func(ctx context.Context, d svc.Deps) error {
-			return ingest.Run(ctx, cfg, d.JS, d.Log, d.Reg, d.Health, ingest.WithHTTP(d.HTTP))
+			return ingest.Run(ctx, cfg, d)
 		})
 	cfg.AddSourceFlags(cmd.Flags())
 	return cmd

@@ -20,20 +20,6 @@ import (
 	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
 )
 
-// Config of the debouncer. Flags and env vars are in cmd/debouncer.
-type Config struct {
-	svc.Common
-	Debounce debounce.Config
-	// ID names this instance in the lease (default <hostname>-<random>).
-	ID string
-	// LeaseTTL: a standby takes over after the active instance has not
-	// renewed the lease for this long (default 3s).
-	LeaseTTL time.Duration
-	// MaxAckPending bounds the change records held un-acked (merged into a
-	// pending request). It must exceed the records one max window can hold.
-	MaxAckPending int
-}
-
 func timestampOf(t time.Time) *timestamppb.Timestamp { return timestamppb.New(t) }
 
 // emitted is a request handed to the publisher with the change messages it
@@ -51,13 +37,10 @@ func Run(ctx context.Context, cfg Config, d svc.Deps) error {
 	if err != nil {
 		return err
 	}
-	if cfg.MaxAckPending <= 0 {
-		cfg.MaxAckPending = 200_000
-	}
+	cfg = cfg.withDefaults()
 	if cfg.ID == "" {
 		cfg.ID = svc.InstanceID("debouncer")
 	}
-	cfg.Debounce = debounce.New(cfg.Debounce).Config()
 	m := newMetrics(d.Reg)
 	opts := cfg.StreamOptions()
 	changes, err := bus.EnsureStream(ctx, d.JS, names.ChangesConfig(opts))

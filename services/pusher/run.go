@@ -19,32 +19,6 @@ import (
 	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
 )
 
-// Config of the pusher. Flags and env vars are in cmd/pusher.
-type Config struct {
-	svc.Common
-	// Throttle is the most connections processed at once per frontend
-	// (PILOT_PUSH_THROTTLE; default min(15+5*GOMAXPROCS, 100) as Istio,
-	// whose throttle is per istiod: the process that generates).
-	Throttle int
-	// Shard names this pusher's durable consumer; one active pusher per
-	// shard (default "0"). Sharding by frontend comes later.
-	Shard string
-	// ID is unique per process; PushDone reports come to its subject.
-	ID string
-	// PushTimeout is how long a dispatched order may wait for its PushDone.
-	PushTimeout time.Duration
-	// FrontendTimeout: a frontend without a heartbeat for this long is
-	// dead and its connections are forgotten.
-	FrontendTimeout time.Duration
-	// LeaseTTL: a standby takes over after the active pusher has not
-	// renewed its shard's lease for this long (default 3s).
-	LeaseTTL time.Duration
-	// MaxBatch caps the orders sent to one frontend in one message.
-	MaxBatch int
-	// DrainTimeout bounds the dispatch of queued work on shutdown.
-	DrainTimeout time.Duration
-}
-
 // Pusher fans PushRequests out to connections.
 type Pusher struct {
 	// set at construction
@@ -74,26 +48,9 @@ func Run(ctx context.Context, cfg Config, d svc.Deps) error {
 	if err != nil {
 		return err
 	}
-	if cfg.Throttle <= 0 {
-		cfg.Throttle = pushqueue.DefaultThrottle()
-	}
-	if cfg.Shard == "" {
-		cfg.Shard = "0"
-	}
+	cfg = cfg.withDefaults()
 	if cfg.ID == "" {
 		cfg.ID = svc.InstanceID("pusher")
-	}
-	if cfg.PushTimeout <= 0 {
-		cfg.PushTimeout = 30 * time.Second
-	}
-	if cfg.FrontendTimeout <= 0 {
-		cfg.FrontendTimeout = 6 * time.Second
-	}
-	if cfg.MaxBatch <= 0 {
-		cfg.MaxBatch = 256
-	}
-	if cfg.DrainTimeout <= 0 {
-		cfg.DrainTimeout = 5 * time.Second
 	}
 	opts := cfg.StreamOptions()
 	pushes, err := bus.EnsureStream(ctx, d.JS, names.PushesConfig(opts))

@@ -32,6 +32,24 @@ type Pusher struct {
 	queues *frontendQueues // set before any goroutine starts
 	now    func() time.Time
 
+	// Lock order. Take locks left to right, never the reverse:
+	//
+	//	Pusher.mu → frontendQueues.mu → pushqueue.Queue.mu (→ MergeFunc)
+	//
+	//   - With mu held, enqueueLocked, forgetConnLocked and
+	//     forgetFrontendLocked look queues up (frontendQueues.mu: get,
+	//     lookup, drop) and then, with frontendQueues.mu released, call
+	//     them (Queue.mu: Enqueue, Remove, ShutDown).
+	//   - frontendQueues.mu is held while calling every queue in shutDown
+	//     and totals (Queue.mu: ShutDown, Len, InFlight).
+	//   - Queue.mu is the innermost lock. The queue calls its MergeFunc,
+	//     (*request).Merge, under it; Merge is pure and takes no lock.
+	//   - Nothing takes mu with a queue lock held: the dispatchers
+	//     (dispatch, addOrder) take mu only between queue calls, and
+	//     handleDone, expireOrders and handlePushRequest release mu before
+	//     markDone and updateQueueMetrics (frontendQueues.mu, Queue.mu).
+	//   - NATS and KV calls are made with no lock held.
+
 	// guarded by mu
 	mu         sync.Mutex
 	frontends  map[string]time.Time // local time of each live frontend's last heartbeat

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"sync"
 	"time"
 
@@ -21,13 +20,6 @@ import (
 )
 
 func timestampOf(t time.Time) *timestamppb.Timestamp { return timestamppb.New(t) }
-
-// emitted is a request handed to the publisher with the change messages it
-// merged, to acknowledge once it is stored.
-type emitted struct {
-	req  *debounce.Request
-	msgs []jetstream.Msg
-}
 
 // Run runs the debouncer until ctx ends: it campaigns for the lease and,
 // while active, consumes change records and publishes PushRequests. A
@@ -194,16 +186,16 @@ func (a *active) run(ctx context.Context) error {
 		}
 	}()
 
-	toPublish := make(chan emitted, 1)
-	published := make(chan emitted, 1)
-	p := &publisher{js: a.js, subject: a.names.PushesSubject(), log: a.log, m: a.m}
+	toWrite := make(chan emitted, 1)
+	written := make(chan emitted, 1)
+	w := &requestWriter{js: a.js, subject: a.names.PushesSubject(), log: a.log, m: a.m}
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		p.run(loopCtx, toPublish, published)
+		w.run(loopCtx, toWrite, written)
 	}()
 
-	l := &loop{deb: debounce.New(a.cfg.Debounce), held: make(map[uint64]jetstream.Msg), covered: covered, log: a.log, m: a.m, toPublish: toPublish, endpoints: newEndpointIndex()}
+	l := &loop{deb: debounce.New(a.cfg.Debounce), held: make(map[uint64]jetstream.Msg), covered: covered, log: a.log, m: a.m, toWrite: toWrite, endpoints: newEndpointIndex()}
 	for _, r := range covered {
 		l.maxCovered = max(l.maxCovered, r.GetLast())
 	}
@@ -219,7 +211,7 @@ func (a *active) run(ctx context.Context) error {
 		case <-timer.C:
 			l.armed = time.Time{}
 			l.tick(time.Now())
-		case e := <-published:
+		case e := <-written:
 			l.done(e, time.Now())
 		}
 		l.arm(timer, time.Now())
@@ -235,7 +227,7 @@ type loop struct {
 	endpoints  *endpointIndex           // slices per service, for full-push decisions
 	log        *slog.Logger
 	m          *metrics
-	toPublish  chan<- emitted
+	toWrite    chan<- emitted
 	armed      time.Time
 }
 
@@ -288,7 +280,7 @@ func (l *loop) emit(req *debounce.Request, now time.Time) {
 	for r, n := range req.Reasons {
 		l.m.triggers.WithLabelValues(r).Add(float64(n))
 	}
-	l.toPublish <- e // never blocks: one request in flight at a time
+	l.toWrite <- e // never blocks: one request in flight at a time
 }
 
 func (l *loop) done(e emitted, now time.Time) {
@@ -327,78 +319,4 @@ func (l *loop) arm(t *time.Timer, now time.Time) {
 	t.Stop()
 	t.Reset(max(0, dl.Sub(now)))
 	l.armed = dl
-}
-
-// publisher publishes one request at a time, retrying until it is durable,
-// then acknowledges the request's change records.
-type publisher struct {
-	js      jetstream.JetStream
-	subject string
-	log     *slog.Logger
-	m       *metrics
-}
-
-func (p *publisher) run(ctx context.Context, in <-chan emitted, out chan<- emitted) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case e := <-in:
-			if err := p.publish(ctx, e); err != nil {
-				return // ctx ended; the changes stay un-acked and are redelivered
-			}
-			select {
-			case out <- e:
-			case <-ctx.Done():
-				return
-			}
-		}
-	}
-}
-
-func (p *publisher) publish(ctx context.Context, e emitted) error {
-	pr := toProto(e.req)
-	pr.EmittedAt = timestamppb.Now()
-	b, err := proto.Marshal(pr)
-	if err != nil {
-		return fmt.Errorf("marshal push request: %w", err)
-	}
-	msgID := "push-" + strconv.FormatUint(pr.GetThroughSeq(), 10)
-	err = svc.Retry(ctx, svc.RetryOptions{
-		First: 100 * time.Millisecond, Max: 5 * time.Second,
-		Log: p.log, Msg: "publish push request, retrying", Attrs: []any{"through_seq", pr.GetThroughSeq()},
-		Failures: p.m.publishErrors,
-	}, func() error {
-		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
-		ack, err := p.js.Publish(pctx, p.subject, b, jetstream.WithMsgID(msgID))
-		if err != nil {
-			return err
-		}
-		p.m.published.Inc()
-		p.m.lastThroughSeq.Set(float64(pr.GetThroughSeq()))
-		p.log.Debug("push request published", "seq", ack.Sequence, "through_seq", pr.GetThroughSeq(), "merged", pr.GetMergedEvents(), "full", pr.GetFull(), "duplicate", ack.Duplicate)
-		return nil
-	})
-	if err != nil {
-		return err // ctx ended
-	}
-	// Acknowledge every change; the last ack is confirmed by the server, and
-	// acks on one connection are processed in order, so when it returns all
-	// of them are recorded.
-	for i, msg := range e.msgs {
-		if i == len(e.msgs)-1 {
-			actx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			err := msg.DoubleAck(actx)
-			cancel()
-			if err != nil {
-				p.log.Warn("confirm change acks (they will be redelivered and skipped)", "err", err)
-			}
-			continue
-		}
-		if err := msg.Ack(); err != nil {
-			p.log.Warn("ack change", "err", err)
-		}
-	}
-	return nil
 }

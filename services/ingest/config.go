@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/pilotwire/pilotwire/pkg/svc"
+	"github.com/pilotwire/pilotwire/services/ingest/filesource"
 	"github.com/pilotwire/pilotwire/services/ingest/kubesource"
 )
 
@@ -20,7 +21,7 @@ const (
 	DefaultClusterID = "Kubernetes"
 	// DefaultFileDebounce is how long a manifest file must stay quiet
 	// before it is read again.
-	DefaultFileDebounce = 25 * time.Millisecond
+	DefaultFileDebounce = filesource.DefaultQuiet
 	// DefaultKubeClientQPS and DefaultKubeClientBurst limit each cluster's
 	// API clients.
 	DefaultKubeClientQPS   = 50

@@ -67,7 +67,7 @@ func Run(ctx context.Context, cfg Config, d svc.Deps) error {
 		}
 		src, err := filesource.New(pub, filesource.Options{
 			Dir:        cfg.ConfigDir,
-			Debounce:   cfg.FileDebounce,
+			Quiet:      cfg.FileDebounce,
 			Log:        log,
 			Registerer: reg,
 		})

@@ -175,6 +175,7 @@ func (a *active) run(ctx context.Context) error {
 				if errors.Is(err, jetstream.ErrMsgIteratorClosed) || loopCtx.Err() != nil {
 					return
 				}
+				a.m.consumeErrors.Inc()
 				a.log.Warn("next change", "err", err)
 				continue
 			}

@@ -172,6 +172,7 @@ func runActive(ctx context.Context, cfg Config, names bus.Names, pushes jetstrea
 				if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
 					return
 				}
+				p.m.consumeErrors.Inc()
 				p.log.Warn("next push request", "err", err)
 				continue
 			}

@@ -91,12 +91,35 @@ func (n Names) RegistryBucket() string { return n.upper() + "_REGISTRY" }
 // LeaseBucket is the KV bucket of active/standby leases.
 func (n Names) LeaseBucket() string { return n.upper() + "_LEASES" }
 
+// Kinds of registry keys, as ParseRegistryKey reports them.
+const (
+	FrontendKeyKind = "fe"   // a frontend's heartbeat: fe.<frontend>
+	ConnKeyKind     = "conn" // a connection: conn.<frontend>.<conn>
+)
+
 // FrontendKey is a frontend's heartbeat key in the registry bucket.
-func FrontendKey(frontend string) string { return "fe." + EscapeToken(frontend) }
+func FrontendKey(frontend string) string { return FrontendKeyKind + "." + EscapeToken(frontend) }
 
 // ConnKey is a connection's key in the registry bucket.
 func ConnKey(frontend, conn string) string {
-	return "conn." + EscapeToken(frontend) + "." + EscapeToken(conn)
+	return ConnKeyKind + "." + EscapeToken(frontend) + "." + EscapeToken(conn)
+}
+
+// ParseRegistryKey reverses FrontendKey and ConnKey: it returns the key's
+// kind (FrontendKeyKind or ConnKeyKind) and its unescaped ids (conn is ""
+// for a frontend key). ok is false for any other key.
+func ParseRegistryKey(key string) (kind, frontend, conn string, ok bool) {
+	parts := strings.Split(key, ".")
+	switch {
+	case len(parts) == 2 && parts[0] == FrontendKeyKind:
+		fe, err := UnescapeToken(parts[1])
+		return FrontendKeyKind, fe, "", err == nil
+	case len(parts) == 3 && parts[0] == ConnKeyKind:
+		fe, err1 := UnescapeToken(parts[1])
+		c, err2 := UnescapeToken(parts[2])
+		return ConnKeyKind, fe, c, err1 == nil && err2 == nil
+	}
+	return "", "", "", false
 }
 
 // OrdersSubject is where a frontend takes PushOrderBatches.

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+
 	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
 )
 
@@ -66,4 +68,41 @@ func FuzzEscapeToken(f *testing.F) {
 			t.Fatalf("UnescapeToken(EscapeToken(%q)) = %q, %v", s, back, err)
 		}
 	})
+}
+
+func TestParseRegistryKey(t *testing.T) {
+	type parsed struct {
+		Kind, Frontend, Conn string
+		OK                   bool
+	}
+	tests := []struct {
+		name string
+		key  string
+		want parsed
+	}{
+		{name: "frontend", key: FrontendKey("fe-1"), want: parsed{Kind: FrontendKeyKind, Frontend: "fe-1", OK: true}},
+		{name: "frontend with dots", key: FrontendKey("a.b"), want: parsed{Kind: FrontendKeyKind, Frontend: "a.b", OK: true}},
+		{name: "empty frontend", key: FrontendKey(""), want: parsed{Kind: FrontendKeyKind, Frontend: "", OK: true}},
+		{name: "connection", key: ConnKey("fe-1", "sidecar~10.0.0.1~a.ns~ns.svc.cluster.local-7"),
+			want: parsed{Kind: ConnKeyKind, Frontend: "fe-1", Conn: "sidecar~10.0.0.1~a.ns~ns.svc.cluster.local-7", OK: true}},
+		{name: "connection with empty ids", key: ConnKey("", ""), want: parsed{Kind: ConnKeyKind, OK: true}},
+		{name: "frontend key with a conn part", key: "fe.a.b"},
+		{name: "conn key without a conn part", key: "conn.a"},
+		{name: "unknown kind", key: "lease.a"},
+		{name: "empty", key: ""},
+		{name: "bad escape", key: "fe.a=2"},
+		{name: "bad escape in conn", key: "conn.a.=ZZ"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var got parsed
+			got.Kind, got.Frontend, got.Conn, got.OK = ParseRegistryKey(tc.key)
+			if !got.OK {
+				got = parsed{} // what a bad key's parts parse to does not matter
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("ParseRegistryKey(%q) (-want +got):\n%s", tc.key, diff)
+			}
+		})
+	}
 }

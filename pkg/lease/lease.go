@@ -17,6 +17,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
+// DefaultTTL is the lease TTL when none is set.
+const DefaultTTL = 3 * time.Second
+
 // Elector runs work only while it holds the lease.
 type Elector struct {
 	// KV is the lease bucket; Key names the lease (one per role and shard).
@@ -25,7 +28,7 @@ type Elector struct {
 	// Holder identifies this instance; unique per process.
 	Holder string
 	// TTL: a lease not renewed for this long may be taken over. Renewal
-	// happens every TTL/3. Default 3s.
+	// happens every TTL/3. Default DefaultTTL.
 	TTL time.Duration
 	Log *slog.Logger
 	// Leader, if set, is 1 while this instance holds the lease.
@@ -40,7 +43,7 @@ var ErrLost = errors.New("lease lost")
 
 func (e *Elector) defaults() {
 	if e.TTL <= 0 {
-		e.TTL = 3 * time.Second
+		e.TTL = DefaultTTL
 	}
 	if e.Now == nil {
 		e.Now = time.Now

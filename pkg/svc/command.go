@@ -4,13 +4,29 @@ import (
 	"context"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
-// Command builds a service binary's command: the common flags (with the
-// service's default --http-addr) and a RunE that runs run inside Serve.
-// validate, if set, checks the configuration before anything starts. The
-// caller adds its own flags to cmd.Flags().
-func Command(use, short, defaultHTTP string, common *Common, validate func() error, run func(ctx context.Context, d Deps) error) *cobra.Command {
+// Config is a service's configuration as its command sees it. Each service
+// defines it the same way, in its config.go: a struct embedding Common, a
+// DefaultConfig function, and AddFlags.
+type Config interface {
+	// CommonConfig is the part every service shares (promoted from Common).
+	CommonConfig() *Common
+	// AddFlags registers every flag of the service, the common ones
+	// included, each defaulting to the service's DefaultConfig value
+	// unless its environment variable is set.
+	AddFlags(fs *pflag.FlagSet)
+}
+
+// Validator is a Config that checks itself before anything starts.
+type Validator interface {
+	Validate() error
+}
+
+// Command builds a service binary's command: cfg's flags, and a RunE that
+// validates cfg (if it is a Validator) and runs run inside Serve.
+func Command(use, short string, cfg Config, run func(ctx context.Context, d Deps) error) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:           use,
 		Short:         short,
@@ -18,14 +34,14 @@ func Command(use, short, defaultHTTP string, common *Common, validate func() err
 		SilenceUsage:  true,
 		SilenceErrors: true, // Main prints the error
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if validate != nil {
-				if err := validate(); err != nil {
+			if v, ok := cfg.(Validator); ok {
+				if err := v.Validate(); err != nil {
 					return err
 				}
 			}
-			return Serve(cmd.Context(), *common, use, run)
+			return Serve(cmd.Context(), *cfg.CommonConfig(), use, run)
 		},
 	}
-	common.AddFlags(cmd.Flags(), defaultHTTP)
+	cfg.AddFlags(cmd.Flags())
 	return cmd
 }

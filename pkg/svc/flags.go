@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -35,17 +36,35 @@ type Common struct {
 	Profiling bool
 }
 
-// AddFlags registers the common flags on fs, with defaults taken from the
-// environment. defaultHTTP is the service's own default --http-addr.
-func (c *Common) AddFlags(fs *pflag.FlagSet, defaultHTTP string) {
-	fs.StringVar(&c.NATSURL, "nats-url", EnvString("PILOTWIRE_NATS_URL", "nats://127.0.0.1:4222"), "NATS server URL (env PILOTWIRE_NATS_URL)")
-	fs.StringVar(&c.Prefix, "prefix", EnvString("PILOTWIRE_PREFIX", bus.DefaultPrefix), "subject prefix shared by every service of one mesh (env PILOTWIRE_PREFIX)")
-	fs.StringVar(&c.HTTPAddr, "http-addr", EnvString("PILOTWIRE_HTTP_ADDR", defaultHTTP), "address for /healthz, /readyz and /metrics (env PILOTWIRE_HTTP_ADDR)")
-	fs.StringVar(&c.LogLevel, "log-level", EnvString("PILOTWIRE_LOG_LEVEL", "info"), "log level: debug, info, warn, error (env PILOTWIRE_LOG_LEVEL)")
-	fs.StringVar(&c.LogFormat, "log-format", EnvString("PILOTWIRE_LOG_FORMAT", "text"), "log format: text or json (env PILOTWIRE_LOG_FORMAT)")
-	fs.BoolVar(&c.Profiling, "enable-profiling", EnvBool("ENABLE_PROFILING", true), "serve Go profiles on /debug/pprof/ of --http-addr (env ENABLE_PROFILING)")
-	fs.IntVar(&c.Replicas, "replicas", EnvInt("PILOTWIRE_REPLICAS", 1), "replicas of the streams and buckets this service creates (env PILOTWIRE_REPLICAS)")
+// DefaultCommon is the common configuration every flag defaults to;
+// httpAddr is the service's own --http-addr.
+func DefaultCommon(httpAddr string) Common {
+	return Common{
+		NATSURL:   "nats://127.0.0.1:4222",
+		Prefix:    bus.DefaultPrefix,
+		HTTPAddr:  httpAddr,
+		LogLevel:  "info",
+		LogFormat: "text",
+		Replicas:  1,
+		Profiling: true,
+	}
 }
+
+// AddFlags registers the common flags on fs, each defaulting to def's value
+// unless its environment variable is set.
+func (c *Common) AddFlags(fs *pflag.FlagSet, def Common) {
+	fs.StringVar(&c.NATSURL, "nats-url", EnvString("PILOTWIRE_NATS_URL", def.NATSURL), "NATS server URL (env PILOTWIRE_NATS_URL)")
+	fs.StringVar(&c.Prefix, "prefix", EnvString("PILOTWIRE_PREFIX", def.Prefix), "subject prefix shared by every service of one mesh (env PILOTWIRE_PREFIX)")
+	fs.StringVar(&c.HTTPAddr, "http-addr", EnvString("PILOTWIRE_HTTP_ADDR", def.HTTPAddr), "address for /healthz, /readyz and /metrics (env PILOTWIRE_HTTP_ADDR)")
+	fs.StringVar(&c.LogLevel, "log-level", EnvString("PILOTWIRE_LOG_LEVEL", def.LogLevel), "log level: debug, info, warn, error (env PILOTWIRE_LOG_LEVEL)")
+	fs.StringVar(&c.LogFormat, "log-format", EnvString("PILOTWIRE_LOG_FORMAT", def.LogFormat), "log format: text or json (env PILOTWIRE_LOG_FORMAT)")
+	fs.BoolVar(&c.Profiling, "enable-profiling", EnvBool("ENABLE_PROFILING", def.Profiling), "serve Go profiles on /debug/pprof/ of --http-addr (env ENABLE_PROFILING)")
+	fs.IntVar(&c.Replicas, "replicas", EnvInt("PILOTWIRE_REPLICAS", def.Replicas), "replicas of the streams and buckets this service creates (env PILOTWIRE_REPLICAS)")
+}
+
+// CommonConfig returns c; a service's Config, which embeds Common, gets it
+// too, and so satisfies Config.
+func (c *Common) CommonConfig() *Common { return c }
 
 // Names returns the bus names for the configured prefix.
 func (c *Common) Names() (bus.Names, error) { return bus.NewNames(c.Prefix) }
@@ -102,4 +121,19 @@ func EnvDuration(name string, def time.Duration) time.Duration {
 		return def
 	}
 	return d
+}
+
+// EnvList returns the environment variable name split at commas, blanks
+// trimmed and empty items dropped, or def when it names nothing.
+func EnvList(name string, def []string) []string {
+	var out []string
+	for _, s := range strings.Split(os.Getenv(name), ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	if out == nil {
+		return def
+	}
+	return out
 }

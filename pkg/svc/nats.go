@@ -8,11 +8,14 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Connect opens a NATS connection that reconnects forever and logs every
-// disconnect and reconnect, and returns it with a JetStream context.
-func Connect(ctx context.Context, url, name string, log *slog.Logger) (*nats.Conn, jetstream.JetStream, error) {
+// disconnect and reconnect, and returns it with a JetStream context. The
+// first connect is retried every second until ctx ends; failures counts
+// each failed try.
+func Connect(ctx context.Context, url, name string, log *slog.Logger, failures prometheus.Counter) (*nats.Conn, jetstream.JetStream, error) {
 	opts := []nats.Option{
 		nats.Name(name),
 		nats.MaxReconnects(-1),
@@ -34,22 +37,18 @@ func Connect(ctx context.Context, url, name string, log *slog.Logger) (*nats.Con
 			log.Error("nats async error", "subject", subj, "err", err)
 		}),
 	}
-	var nc *nats.Conn
-	var err error
 	// Retry the first connect until ctx ends: services may start before NATS.
-	for {
-		nc, err = nats.Connect(url, opts...)
-		if err == nil {
-			break
-		}
-		log.Warn("nats connect failed, retrying", "url", url, "err", err)
-		t := time.NewTimer(time.Second)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil, nil, fmt.Errorf("connect %s: %w", url, err)
-		case <-t.C:
-		}
+	var nc *nats.Conn
+	var lastErr error
+	err := Retry(ctx, RetryOptions{
+		First: time.Second, Max: time.Second,
+		Log: log, Msg: "nats connect failed, retrying", Attrs: []any{"url", url}, Failures: failures,
+	}, func() error {
+		nc, lastErr = nats.Connect(url, opts...)
+		return lastErr
+	})
+	if err != nil { // ctx ended: report why the last try failed
+		return nil, nil, fmt.Errorf("connect %s: %w", url, lastErr)
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {

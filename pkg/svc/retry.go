@@ -2,15 +2,46 @@ package svc
 
 import (
 	"context"
+	"log/slog"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Retry calls attempt until it succeeds or ctx ends, waiting between tries
-// from first, doubling up to max. failed, if set, hears of each failure and
-// the wait before the next try. It returns nil on success, ctx's error
+// RetryOptions say how Retry waits between tries and whom it tells of each
+// failure. Log, Msg and Failures are required: no retry loop fails silently.
+type RetryOptions struct {
+	// First is the wait after the first failure; it doubles after each
+	// further failure, up to Max (Max below First means First every time).
+	First, Max time.Duration
+	// Log hears of each failure at Warn level, as Msg with the error
+	// ("err"), the wait before the next try ("backoff") and Attrs.
+	Log   *slog.Logger
+	Msg   string
+	Attrs []any
+	// Failures counts each failed try.
+	Failures prometheus.Counter
+	// OnFailure, if set, also hears of each failure and the wait before the
+	// next try (to report a readiness reason, say).
+	OnFailure func(err error, wait time.Duration)
+}
+
+// Retry calls attempt until it succeeds or ctx ends. Each failure is
+// counted, logged and passed to OnFailure, then Retry waits (cancellably)
+// before the next try. A failure after ctx ended is neither counted nor
+// logged: it is the cancellation. Retry returns nil on success, ctx's error
 // otherwise.
-func Retry(ctx context.Context, first, max time.Duration, attempt func() error, failed func(err error, wait time.Duration)) error {
-	wait := first
+func Retry(ctx context.Context, o RetryOptions, attempt func() error) error {
+	if o.Log == nil || o.Failures == nil || o.Msg == "" {
+		panic("svc.Retry: Log, Msg and Failures are required")
+	}
+	wait := o.First
+	var t *time.Timer
+	defer func() {
+		if t != nil {
+			t.Stop()
+		}
+	}()
 	for {
 		err := attempt()
 		if err == nil {
@@ -19,16 +50,21 @@ func Retry(ctx context.Context, first, max time.Duration, attempt func() error, 
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if failed != nil {
-			failed(err, wait)
+		o.Failures.Inc()
+		o.Log.Warn(o.Msg, append([]any{"err", err, "backoff", wait}, o.Attrs...)...)
+		if o.OnFailure != nil {
+			o.OnFailure(err, wait)
 		}
-		t := time.NewTimer(wait)
+		if t == nil {
+			t = time.NewTimer(wait)
+		} else {
+			t.Reset(wait)
+		}
 		select {
 		case <-ctx.Done():
-			t.Stop()
 			return ctx.Err()
 		case <-t.C:
 		}
-		wait = min(2*wait, max)
+		wait = max(o.First, min(2*wait, o.Max))
 	}
 }

@@ -51,7 +51,11 @@ func Serve(ctx context.Context, c Common, component string, run func(ctx context
 	}()
 	defer wg.Wait()
 	log.Info("starting", "http", d.HTTP.Addr(), "nats", c.NATSURL, "prefix", c.Prefix)
-	nc, js, err := Connect(ctx, c.NATSURL, "pilotwire-"+component, log)
+	connectErrors := prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "pilotwire_nats_connect_errors_total", Help: "Failed tries of the first NATS connect (retried every second).",
+	})
+	d.Reg.MustRegister(connectErrors)
+	nc, js, err := Connect(ctx, c.NATSURL, "pilotwire-"+component, log, connectErrors)
 	if err != nil {
 		cancel()
 		return err

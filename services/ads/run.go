@@ -23,7 +23,8 @@ import (
 	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
 )
 
-// Config of one ADS frontend. Flags and env vars are in cmd/ads.
+// Config of one ADS frontend. Flags, env vars and defaults are in
+// config.go.
 type Config struct {
 	svc.Common
 	// ADSAddr is the gRPC listen address (default 127.0.0.1:15010).
@@ -73,9 +74,7 @@ func Run(ctx context.Context, cfg Config, d svc.Deps) error {
 	if cfg.FrontendID == "" {
 		cfg.FrontendID = DefaultFrontendID()
 	}
-	if cfg.HeartbeatInterval <= 0 {
-		cfg.HeartbeatInterval = 2 * time.Second
-	}
+	cfg = cfg.withDefaults()
 	log := d.Log.With("frontend", cfg.FrontendID)
 	opts := cfg.StreamOptions()
 	if _, err := bus.EnsureStream(ctx, d.JS, names.ChangesConfig(opts)); err != nil {

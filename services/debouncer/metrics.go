@@ -10,6 +10,7 @@ type metrics struct {
 	pending        prometheus.Gauge
 	skipped        prometheus.Counter
 	badRecords     prometheus.Counter
+	consumeErrors  prometheus.Counter
 	publishErrors  prometheus.Counter
 	published      prometheus.Counter
 	lastThroughSeq prometheus.Gauge
@@ -43,6 +44,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		badRecords: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "pilotwire_debounce_bad_records_total", Help: "Undecodable change records (merged as full pushes with reason unknown).",
 		}),
+		consumeErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pilotwire_debounce_consume_errors_total", Help: "Errors reading the next change record from the consumer (the consumer carries on).",
+		}),
 		publishErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "pilotwire_debounce_publish_errors_total", Help: "Failed PushRequest publishes (retried).",
 		}),
@@ -57,6 +61,6 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 	}
 	reg.MustRegister(m.leader, m.debounceTime, m.inbound, m.triggers, m.merged, m.pending, m.skipped, m.badRecords,
-		m.publishErrors, m.published, m.lastThroughSeq)
+		m.consumeErrors, m.publishErrors, m.published, m.lastThroughSeq)
 	return m
 }

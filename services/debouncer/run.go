@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"sync"
 	"time"
 
@@ -20,28 +19,7 @@ import (
 	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
 )
 
-// Config of the debouncer. Flags and env vars are in cmd/debouncer.
-type Config struct {
-	svc.Common
-	Debounce debounce.Config
-	// ID names this instance in the lease (default <hostname>-<random>).
-	ID string
-	// LeaseTTL: a standby takes over after the active instance has not
-	// renewed the lease for this long (default 3s).
-	LeaseTTL time.Duration
-	// MaxAckPending bounds the change records held un-acked (merged into a
-	// pending request). It must exceed the records one max window can hold.
-	MaxAckPending int
-}
-
 func timestampOf(t time.Time) *timestamppb.Timestamp { return timestamppb.New(t) }
-
-// emitted is a request handed to the publisher with the change messages it
-// merged, to acknowledge once it is stored.
-type emitted struct {
-	req  *debounce.Request
-	msgs []jetstream.Msg
-}
 
 // Run runs the debouncer until ctx ends: it campaigns for the lease and,
 // while active, consumes change records and publishes PushRequests. A
@@ -51,13 +29,10 @@ func Run(ctx context.Context, cfg Config, d svc.Deps) error {
 	if err != nil {
 		return err
 	}
-	if cfg.MaxAckPending <= 0 {
-		cfg.MaxAckPending = 200_000
-	}
+	cfg = cfg.withDefaults()
 	if cfg.ID == "" {
 		cfg.ID = svc.InstanceID("debouncer")
 	}
-	cfg.Debounce = debounce.New(cfg.Debounce).Config()
 	m := newMetrics(d.Reg)
 	opts := cfg.StreamOptions()
 	changes, err := bus.EnsureStream(ctx, d.JS, names.ChangesConfig(opts))
@@ -200,6 +175,7 @@ func (a *active) run(ctx context.Context) error {
 				if errors.Is(err, jetstream.ErrMsgIteratorClosed) || loopCtx.Err() != nil {
 					return
 				}
+				a.m.consumeErrors.Inc()
 				a.log.Warn("next change", "err", err)
 				continue
 			}
@@ -211,16 +187,16 @@ func (a *active) run(ctx context.Context) error {
 		}
 	}()
 
-	toPublish := make(chan emitted, 1)
-	published := make(chan emitted, 1)
-	p := &publisher{js: a.js, subject: a.names.PushesSubject(), log: a.log, m: a.m}
+	toWrite := make(chan emitted, 1)
+	written := make(chan emitted, 1)
+	w := &requestWriter{js: a.js, subject: a.names.PushesSubject(), log: a.log, m: a.m}
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		p.run(loopCtx, toPublish, published)
+		w.run(loopCtx, toWrite, written)
 	}()
 
-	l := &loop{deb: debounce.New(a.cfg.Debounce), held: make(map[uint64]jetstream.Msg), covered: covered, log: a.log, m: a.m, toPublish: toPublish, endpoints: newEndpointIndex()}
+	l := &loop{deb: debounce.New(a.cfg.Debounce), held: make(map[uint64]jetstream.Msg), covered: covered, log: a.log, m: a.m, toWrite: toWrite, endpoints: newEndpointIndex()}
 	for _, r := range covered {
 		l.maxCovered = max(l.maxCovered, r.GetLast())
 	}
@@ -236,7 +212,7 @@ func (a *active) run(ctx context.Context) error {
 		case <-timer.C:
 			l.armed = time.Time{}
 			l.tick(time.Now())
-		case e := <-published:
+		case e := <-written:
 			l.done(e, time.Now())
 		}
 		l.arm(timer, time.Now())
@@ -252,7 +228,7 @@ type loop struct {
 	endpoints  *endpointIndex           // slices per service, for full-push decisions
 	log        *slog.Logger
 	m          *metrics
-	toPublish  chan<- emitted
+	toWrite    chan<- emitted
 	armed      time.Time
 }
 
@@ -305,7 +281,7 @@ func (l *loop) emit(req *debounce.Request, now time.Time) {
 	for r, n := range req.Reasons {
 		l.m.triggers.WithLabelValues(r).Add(float64(n))
 	}
-	l.toPublish <- e // never blocks: one request in flight at a time
+	l.toWrite <- e // never blocks: one request in flight at a time
 }
 
 func (l *loop) done(e emitted, now time.Time) {
@@ -344,81 +320,4 @@ func (l *loop) arm(t *time.Timer, now time.Time) {
 	t.Stop()
 	t.Reset(max(0, dl.Sub(now)))
 	l.armed = dl
-}
-
-// publisher publishes one request at a time, retrying until it is durable,
-// then acknowledges the request's change records.
-type publisher struct {
-	js      jetstream.JetStream
-	subject string
-	log     *slog.Logger
-	m       *metrics
-}
-
-func (p *publisher) run(ctx context.Context, in <-chan emitted, out chan<- emitted) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case e := <-in:
-			if err := p.publish(ctx, e); err != nil {
-				return // ctx ended; the changes stay un-acked and are redelivered
-			}
-			select {
-			case out <- e:
-			case <-ctx.Done():
-				return
-			}
-		}
-	}
-}
-
-func (p *publisher) publish(ctx context.Context, e emitted) error {
-	pr := toProto(e.req)
-	pr.EmittedAt = timestamppb.Now()
-	b, err := proto.Marshal(pr)
-	if err != nil {
-		return fmt.Errorf("marshal push request: %w", err)
-	}
-	msgID := "push-" + strconv.FormatUint(pr.GetThroughSeq(), 10)
-	backoff := 100 * time.Millisecond
-	for {
-		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		ack, err := p.js.Publish(pctx, p.subject, b, jetstream.WithMsgID(msgID))
-		cancel()
-		if err == nil {
-			p.m.published.Inc()
-			p.m.lastThroughSeq.Set(float64(pr.GetThroughSeq()))
-			p.log.Debug("push request published", "seq", ack.Sequence, "through_seq", pr.GetThroughSeq(), "merged", pr.GetMergedEvents(), "full", pr.GetFull(), "duplicate", ack.Duplicate)
-			break
-		}
-		p.m.publishErrors.Inc()
-		p.log.Warn("publish push request, retrying", "through_seq", pr.GetThroughSeq(), "err", err, "backoff", backoff)
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		case <-t.C:
-		}
-		backoff = min(2*backoff, 5*time.Second)
-	}
-	// Acknowledge every change; the last ack is confirmed by the server, and
-	// acks on one connection are processed in order, so when it returns all
-	// of them are recorded.
-	for i, msg := range e.msgs {
-		if i == len(e.msgs)-1 {
-			actx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			err := msg.DoubleAck(actx)
-			cancel()
-			if err != nil {
-				p.log.Warn("confirm change acks (they will be redelivered and skipped)", "err", err)
-			}
-			continue
-		}
-		if err := msg.Ack(); err != nil {
-			p.log.Warn("ack change", "err", err)
-		}
-	}
-	return nil
 }

@@ -3,13 +3,13 @@ package ingest
 import (
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
 
 	"github.com/pilotwire/pilotwire/pkg/svc"
+	"github.com/pilotwire/pilotwire/services/ingest/filesource"
 	"github.com/pilotwire/pilotwire/services/ingest/kubesource"
 )
 
@@ -21,14 +21,16 @@ const (
 	DefaultClusterID = "Kubernetes"
 	// DefaultFileDebounce is how long a manifest file must stay quiet
 	// before it is read again.
-	DefaultFileDebounce = 25 * time.Millisecond
+	DefaultFileDebounce = filesource.DefaultQuiet
 	// DefaultKubeClientQPS and DefaultKubeClientBurst limit each cluster's
 	// API clients.
 	DefaultKubeClientQPS   = 50
 	DefaultKubeClientBurst = 100
 )
 
-// Config is the ingest service's configuration, read once by AddFlags.
+// Config is the ingest service's configuration, read once by AddFlags. Each
+// field with a flag names it and its env var; the defaults are
+// DefaultConfig's.
 //
 // Sources: the file source runs when ConfigDir is set; the Kubernetes
 // source runs when Kubeconfig, InCluster or Clusters is set. Both may run
@@ -81,51 +83,49 @@ type Config struct {
 	KubeClientBurst int
 }
 
-// AddFlags registers the service's flags on fs, defaults taken from the
-// environment.
-func (c *Config) AddFlags(fs *pflag.FlagSet) {
-	c.Common.AddFlags(fs, DefaultHTTPAddr)
-	c.AddSourceFlags(fs)
-}
-
-// AddSourceFlags registers the flags of the sources only (svc.Command adds
-// the common ones).
-func (c *Config) AddSourceFlags(fs *pflag.FlagSet) {
-	fs.StringVar(&c.ConfigDir, "config-dir", svc.EnvString("PILOTWIRE_CONFIG_DIR", ""),
-		"directory of Kubernetes manifests (*.yaml, *.yml, *.json, recursively) to publish (env PILOTWIRE_CONFIG_DIR)")
-	fs.StringVar(&c.ClusterID, "cluster-id", svc.EnvString("PILOTWIRE_CLUSTER_ID", DefaultClusterID),
-		"id of the config cluster (--kubeconfig, --in-cluster), and of the file source unless --file-cluster-id (env PILOTWIRE_CLUSTER_ID)")
-	fs.StringVar(&c.FileClusterID, "file-cluster-id", svc.EnvString("PILOTWIRE_FILE_CLUSTER_ID", ""),
-		"cluster id of the file source's objects (default --cluster-id) (env PILOTWIRE_FILE_CLUSTER_ID)")
-	fs.DurationVar(&c.FileDebounce, "file-debounce", svc.EnvDuration("PILOTWIRE_FILE_DEBOUNCE", DefaultFileDebounce),
-		"quiet time before a changed manifest file is read again (env PILOTWIRE_FILE_DEBOUNCE)")
-	fs.StringVar(&c.Kubeconfig, "kubeconfig", svc.EnvString("PILOTWIRE_KUBECONFIG", ""),
-		"kubeconfig of the config cluster, whose id is --cluster-id (env PILOTWIRE_KUBECONFIG)")
-	fs.BoolVar(&c.InCluster, "in-cluster", svc.EnvBool("PILOTWIRE_IN_CLUSTER", false),
-		"watch the cluster ingest runs in, as the config cluster (env PILOTWIRE_IN_CLUSTER)")
-	fs.StringArrayVar(&c.Clusters, "cluster", envList("PILOTWIRE_CLUSTERS"),
-		"another cluster to watch, as ID=KUBECONFIG; repeatable (env PILOTWIRE_CLUSTERS, comma-separated)")
-	fs.StringVar(&c.ClusterSecretsNamespace, "cluster-secrets-namespace", svc.EnvString("PILOTWIRE_CLUSTER_SECRETS_NAMESPACE", kubesource.DefaultSecretNamespace),
-		`namespace of the config cluster's multicluster Secrets (label istio/multiCluster=true); "" to ignore them (env PILOTWIRE_CLUSTER_SECRETS_NAMESPACE)`)
-	fs.BoolVar(&c.EnableGatewayAPI, "enable-gateway-api", svc.EnvBool("PILOT_ENABLE_GATEWAY_API", true),
-		"watch the Kubernetes Gateway API kinds (env PILOT_ENABLE_GATEWAY_API)")
-	fs.DurationVar(&c.ClusterSyncTimeout, "cluster-sync-timeout", svc.EnvDuration("PILOT_REMOTE_CLUSTER_TIMEOUT", kubesource.DefaultSyncTimeout),
-		"how long readiness waits for a cluster to sync; a cluster that misses it is reported and keeps trying (env PILOT_REMOTE_CLUSTER_TIMEOUT)")
-	fs.Float32Var(&c.KubeClientQPS, "kube-client-qps", float32(svc.EnvInt("PILOTWIRE_KUBE_CLIENT_QPS", DefaultKubeClientQPS)),
-		"queries per second of each cluster's API clients (env PILOTWIRE_KUBE_CLIENT_QPS)")
-	fs.IntVar(&c.KubeClientBurst, "kube-client-burst", svc.EnvInt("PILOTWIRE_KUBE_CLIENT_BURST", DefaultKubeClientBurst),
-		"burst of each cluster's API clients (env PILOTWIRE_KUBE_CLIENT_BURST)")
-}
-
-// envList splits a comma-separated environment variable.
-func envList(name string) []string {
-	var out []string
-	for _, s := range strings.Split(os.Getenv(name), ",") {
-		if s = strings.TrimSpace(s); s != "" {
-			out = append(out, s)
-		}
+// DefaultConfig is the configuration every flag defaults to.
+func DefaultConfig() Config {
+	return Config{
+		Common:                  svc.DefaultCommon(DefaultHTTPAddr),
+		ClusterID:               DefaultClusterID,
+		FileDebounce:            DefaultFileDebounce,
+		ClusterSecretsNamespace: kubesource.DefaultSecretNamespace,
+		EnableGatewayAPI:        true,
+		ClusterSyncTimeout:      kubesource.DefaultSyncTimeout,
+		KubeClientQPS:           DefaultKubeClientQPS,
+		KubeClientBurst:         DefaultKubeClientBurst,
 	}
-	return out
+}
+
+// AddFlags registers ingest's flags on fs, each defaulting to
+// DefaultConfig's value unless its environment variable is set.
+func (c *Config) AddFlags(fs *pflag.FlagSet) {
+	d := DefaultConfig()
+	c.Common.AddFlags(fs, d.Common)
+	fs.StringVar(&c.ConfigDir, "config-dir", svc.EnvString("PILOTWIRE_CONFIG_DIR", d.ConfigDir),
+		"directory of Kubernetes manifests (*.yaml, *.yml, *.json, recursively) to publish (env PILOTWIRE_CONFIG_DIR)")
+	fs.StringVar(&c.ClusterID, "cluster-id", svc.EnvString("PILOTWIRE_CLUSTER_ID", d.ClusterID),
+		"id of the config cluster (--kubeconfig, --in-cluster), and of the file source unless --file-cluster-id (env PILOTWIRE_CLUSTER_ID)")
+	fs.StringVar(&c.FileClusterID, "file-cluster-id", svc.EnvString("PILOTWIRE_FILE_CLUSTER_ID", d.FileClusterID),
+		"cluster id of the file source's objects (default --cluster-id) (env PILOTWIRE_FILE_CLUSTER_ID)")
+	fs.DurationVar(&c.FileDebounce, "file-debounce", svc.EnvDuration("PILOTWIRE_FILE_DEBOUNCE", d.FileDebounce),
+		"quiet time before a changed manifest file is read again (env PILOTWIRE_FILE_DEBOUNCE)")
+	fs.StringVar(&c.Kubeconfig, "kubeconfig", svc.EnvString("PILOTWIRE_KUBECONFIG", d.Kubeconfig),
+		"kubeconfig of the config cluster, whose id is --cluster-id (env PILOTWIRE_KUBECONFIG)")
+	fs.BoolVar(&c.InCluster, "in-cluster", svc.EnvBool("PILOTWIRE_IN_CLUSTER", d.InCluster),
+		"watch the cluster ingest runs in, as the config cluster (env PILOTWIRE_IN_CLUSTER)")
+	fs.StringArrayVar(&c.Clusters, "cluster", svc.EnvList("PILOTWIRE_CLUSTERS", d.Clusters),
+		"another cluster to watch, as ID=KUBECONFIG; repeatable (env PILOTWIRE_CLUSTERS, comma-separated)")
+	fs.StringVar(&c.ClusterSecretsNamespace, "cluster-secrets-namespace", svc.EnvString("PILOTWIRE_CLUSTER_SECRETS_NAMESPACE", d.ClusterSecretsNamespace),
+		`namespace of the config cluster's multicluster Secrets (label istio/multiCluster=true); "" to ignore them (env PILOTWIRE_CLUSTER_SECRETS_NAMESPACE)`)
+	fs.BoolVar(&c.EnableGatewayAPI, "enable-gateway-api", svc.EnvBool("PILOT_ENABLE_GATEWAY_API", d.EnableGatewayAPI),
+		"watch the Kubernetes Gateway API kinds (env PILOT_ENABLE_GATEWAY_API)")
+	fs.DurationVar(&c.ClusterSyncTimeout, "cluster-sync-timeout", svc.EnvDuration("PILOT_REMOTE_CLUSTER_TIMEOUT", d.ClusterSyncTimeout),
+		"how long readiness waits for a cluster to sync; a cluster that misses it is reported and keeps trying (env PILOT_REMOTE_CLUSTER_TIMEOUT)")
+	fs.Float32Var(&c.KubeClientQPS, "kube-client-qps", float32(svc.EnvInt("PILOTWIRE_KUBE_CLIENT_QPS", int(d.KubeClientQPS))),
+		"queries per second of each cluster's API clients (env PILOTWIRE_KUBE_CLIENT_QPS)")
+	fs.IntVar(&c.KubeClientBurst, "kube-client-burst", svc.EnvInt("PILOTWIRE_KUBE_CLIENT_BURST", d.KubeClientBurst),
+		"burst of each cluster's API clients (env PILOTWIRE_KUBE_CLIENT_BURST)")
 }
 
 // FileSource reports whether the file source runs.
@@ -251,16 +251,17 @@ func (c *Config) kubeClusters() ([]kubesource.ClusterConfig, error) {
 	return out, nil
 }
 
+// kubeQPS and kubeBurst are the client limits, DefaultConfig's when unset.
 func (c *Config) kubeQPS() float32 {
 	if c.KubeClientQPS > 0 {
 		return c.KubeClientQPS
 	}
-	return DefaultKubeClientQPS
+	return DefaultConfig().KubeClientQPS
 }
 
 func (c *Config) kubeBurst() int {
 	if c.KubeClientBurst > 0 {
 		return c.KubeClientBurst
 	}
-	return DefaultKubeClientBurst
+	return DefaultConfig().KubeClientBurst
 }

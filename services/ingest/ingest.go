@@ -3,13 +3,11 @@ package ingest
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pilotwire/pilotwire/pkg/svc"
@@ -18,31 +16,23 @@ import (
 	"github.com/pilotwire/pilotwire/services/ingest/publish"
 )
 
-// Option adjusts Run.
-type Option func(*runOptions)
-
-type runOptions struct {
-	http *svc.HTTPServer
-}
-
-// WithHTTP mounts ingest's debug endpoints on srv: /debug/clusterz lists
-// the Kubernetes clusters and their sync state, as JSON.
-func WithHTTP(srv *svc.HTTPServer) Option { return func(o *runOptions) { o.http = srv } }
-
 // Run runs the ingest service until ctx ends. Each source (the config dir,
 // the Kubernetes clusters) reads what the CHANGES stream holds for its
 // cluster ids (retrying until NATS answers), publishes the difference with
 // what it sees, then follows changes. Health turns ready, and the log says
 // "ingest ready", once every source has: the file source its initial scan,
 // the Kubernetes source every cluster synced or past its sync timeout.
-// It returns nil when ctx ends. health may be nil.
-func Run(ctx context.Context, cfg Config, js jetstream.JetStream, log *slog.Logger, reg prometheus.Registerer, health *svc.Health, opts ...Option) error {
+// With d.HTTP set, /debug/clusterz lists the Kubernetes clusters and their
+// sync state, as JSON. It returns nil when ctx ends. d.NC is not used;
+// d.Reg, d.Health and d.HTTP may be nil.
+func Run(ctx context.Context, cfg Config, d svc.Deps) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	var ro runOptions
-	for _, o := range opts {
-		o(&ro)
+	js, log, health := d.JS, d.Log, d.Health
+	var reg prometheus.Registerer
+	if d.Reg != nil {
+		reg = d.Reg
 	}
 	names, err := cfg.Names()
 	if err != nil {
@@ -77,7 +67,7 @@ func Run(ctx context.Context, cfg Config, js jetstream.JetStream, log *slog.Logg
 		}
 		src, err := filesource.New(pub, filesource.Options{
 			Dir:        cfg.ConfigDir,
-			Debounce:   cfg.FileDebounce,
+			Quiet:      cfg.FileDebounce,
 			Log:        log,
 			Registerer: reg,
 		})
@@ -85,7 +75,8 @@ func Run(ctx context.Context, cfg Config, js jetstream.JetStream, log *slog.Logg
 			return err
 		}
 		sources = append(sources, func(ctx context.Context) error {
-			if err := startPublisher(ctx, pub, log, func(r string) { ready.set("files", r) }); err != nil {
+			notReady := func(err error, _ time.Duration) { ready.set("files", "reading the change stream: "+err.Error()) }
+			if err := pub.StartRetrying(ctx, notReady); err != nil {
 				return nil // ctx ended
 			}
 			ready.set("files", "publishing the initial scan")
@@ -127,8 +118,8 @@ func Run(ctx context.Context, cfg Config, js jetstream.JetStream, log *slog.Logg
 		if err != nil {
 			return err
 		}
-		if ro.http != nil {
-			ro.http.Handle("/debug/clusterz", ks)
+		if d.HTTP != nil {
+			d.HTTP.Handle("/debug/clusterz", ks)
 		}
 		ready.set("kubernetes", "syncing Kubernetes clusters (see /debug/clusterz)")
 		sources = append(sources, func(ctx context.Context) error {
@@ -229,14 +220,4 @@ func (r *readiness) check() {
 		r.fired = true
 		r.onReady()
 	}
-}
-
-// startPublisher retries Start with backoff: NATS or the stream may not be
-// there yet. It returns an error only when ctx ends.
-func startPublisher(ctx context.Context, pub *publish.Publisher, log *slog.Logger, notReady func(string)) error {
-	return svc.Retry(ctx, 500*time.Millisecond, 30*time.Second, func() error { return pub.Start(ctx) },
-		func(err error, wait time.Duration) {
-			notReady("reading the change stream: " + err.Error())
-			log.Warn("cannot read the change stream, retrying", "err", err, "backoff", wait)
-		})
 }

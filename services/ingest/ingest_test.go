@@ -79,7 +79,7 @@ func TestRunInProcess(t *testing.T) {
 		health := &svc.Health{}
 		ctx, cancel := context.WithTimeout(context.Background(), ingesttest.Timeout)
 		done := make(chan error, 1)
-		go func() { done <- ingest.Run(ctx, cfg, js, log, reg, health) }()
+		go func() { done <- ingest.Run(ctx, cfg, svc.Deps{JS: js, Log: log, Reg: reg, Health: health}) }()
 		ingesttest.WaitFor(t, ingesttest.Ctx(t), "ready", func() (bool, string) { return health.Ready(), logs.String() })
 		stop := func() {
 			cancel()

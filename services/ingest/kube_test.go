@@ -68,7 +68,9 @@ func TestRunFilesAndClusters(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 2)
 	go func() { done <- srv.Serve(ctx) }()
-	go func() { done <- ingest.Run(ctx, cfg, js, log, prometheus.NewRegistry(), health, ingest.WithHTTP(srv)) }()
+	go func() {
+		done <- ingest.Run(ctx, cfg, svc.Deps{JS: js, Log: log, Reg: prometheus.NewRegistry(), Health: health, HTTP: srv})
+	}()
 	defer func() {
 		cancel()
 		for range 2 {

@@ -18,6 +18,7 @@ type metrics struct {
 	leader         prometheus.Gauge
 	batchSize      prometheus.Histogram
 	registryErrors prometheus.Counter
+	consumeErrors  prometheus.Counter
 	sendErrors     prometheus.Counter
 }
 
@@ -70,13 +71,16 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Buckets: prometheus.ExponentialBuckets(1, 2, 10),
 		}),
 		registryErrors: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "pilotwire_pusher_registry_errors_total", Help: "Failed writes to the registry bucket.",
+			Name: "pilotwire_pusher_registry_errors_total", Help: "Failed writes to and watches of the registry bucket (watches are retried every second).",
+		}),
+		consumeErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pilotwire_pusher_consume_errors_total", Help: "Errors reading the next PushRequest from the consumer (the consumer carries on).",
 		}),
 		sendErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "pilotwire_pusher_send_errors_total", Help: "Push order batches that could not be sent (their done timeout re-queues them).",
 		}),
 	}
-	reg.MustRegister(m.registryErrors, m.sendErrors, m.leader, m.batchSize, m.queueTime, m.orders, m.queueLen, m.inFlight, m.doneTimeouts, m.skipped, m.dones,
+	reg.MustRegister(m.registryErrors, m.consumeErrors, m.sendErrors, m.leader, m.batchSize, m.queueTime, m.orders, m.queueLen, m.inFlight, m.doneTimeouts, m.skipped, m.dones,
 		m.connections, m.frontends, m.badMessages, m.pushRequests, m.latestSeq)
 	return m
 }

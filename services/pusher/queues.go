@@ -18,7 +18,8 @@ type frontendQueues struct {
 	run      func(ctx context.Context, q *pushqueue.Queue[*request]) // a dispatcher
 	ctx      context.Context
 
-	// guarded by mu
+	// guarded by mu; taken after Pusher.mu and before any Queue's lock
+	// (the lock order is written down at Pusher.mu)
 	mu   sync.Mutex
 	byFE map[string]*pushqueue.Queue[*request]
 	wg   sync.WaitGroup // dispatchers

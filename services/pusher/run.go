@@ -19,32 +19,6 @@ import (
 	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
 )
 
-// Config of the pusher. Flags and env vars are in cmd/pusher.
-type Config struct {
-	svc.Common
-	// Throttle is the most connections processed at once per frontend
-	// (PILOT_PUSH_THROTTLE; default min(15+5*GOMAXPROCS, 100) as Istio,
-	// whose throttle is per istiod: the process that generates).
-	Throttle int
-	// Shard names this pusher's durable consumer; one active pusher per
-	// shard (default "0"). Sharding by frontend comes later.
-	Shard string
-	// ID is unique per process; PushDone reports come to its subject.
-	ID string
-	// PushTimeout is how long a dispatched order may wait for its PushDone.
-	PushTimeout time.Duration
-	// FrontendTimeout: a frontend without a heartbeat for this long is
-	// dead and its connections are forgotten.
-	FrontendTimeout time.Duration
-	// LeaseTTL: a standby takes over after the active pusher has not
-	// renewed its shard's lease for this long (default 3s).
-	LeaseTTL time.Duration
-	// MaxBatch caps the orders sent to one frontend in one message.
-	MaxBatch int
-	// DrainTimeout bounds the dispatch of queued work on shutdown.
-	DrainTimeout time.Duration
-}
-
 // Pusher fans PushRequests out to connections.
 type Pusher struct {
 	// set at construction
@@ -57,6 +31,24 @@ type Pusher struct {
 	m      *metrics
 	queues *frontendQueues // set before any goroutine starts
 	now    func() time.Time
+
+	// Lock order. Take locks left to right, never the reverse:
+	//
+	//	Pusher.mu → frontendQueues.mu → pushqueue.Queue.mu (→ MergeFunc)
+	//
+	//   - With mu held, enqueueLocked, forgetConnLocked and
+	//     forgetFrontendLocked look queues up (frontendQueues.mu: get,
+	//     lookup, drop) and then, with frontendQueues.mu released, call
+	//     them (Queue.mu: Enqueue, Remove, ShutDown).
+	//   - frontendQueues.mu is held while calling every queue in shutDown
+	//     and totals (Queue.mu: ShutDown, Len, InFlight).
+	//   - Queue.mu is the innermost lock. The queue calls its MergeFunc,
+	//     (*request).Merge, under it; Merge is pure and takes no lock.
+	//   - Nothing takes mu with a queue lock held: the dispatchers
+	//     (dispatch, addOrder) take mu only between queue calls, and
+	//     handleDone, expireOrders and handlePushRequest release mu before
+	//     markDone and updateQueueMetrics (frontendQueues.mu, Queue.mu).
+	//   - NATS and KV calls are made with no lock held.
 
 	// guarded by mu
 	mu         sync.Mutex
@@ -74,26 +66,9 @@ func Run(ctx context.Context, cfg Config, d svc.Deps) error {
 	if err != nil {
 		return err
 	}
-	if cfg.Throttle <= 0 {
-		cfg.Throttle = pushqueue.DefaultThrottle()
-	}
-	if cfg.Shard == "" {
-		cfg.Shard = "0"
-	}
+	cfg = cfg.withDefaults()
 	if cfg.ID == "" {
 		cfg.ID = svc.InstanceID("pusher")
-	}
-	if cfg.PushTimeout <= 0 {
-		cfg.PushTimeout = 30 * time.Second
-	}
-	if cfg.FrontendTimeout <= 0 {
-		cfg.FrontendTimeout = 6 * time.Second
-	}
-	if cfg.MaxBatch <= 0 {
-		cfg.MaxBatch = 256
-	}
-	if cfg.DrainTimeout <= 0 {
-		cfg.DrainTimeout = 5 * time.Second
 	}
 	opts := cfg.StreamOptions()
 	pushes, err := bus.EnsureStream(ctx, d.JS, names.PushesConfig(opts))
@@ -197,6 +172,7 @@ func runActive(ctx context.Context, cfg Config, names bus.Names, pushes jetstrea
 				if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
 					return
 				}
+				p.m.consumeErrors.Inc()
 				p.log.Warn("next push request", "err", err)
 				continue
 			}

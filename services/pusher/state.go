@@ -1,10 +1,8 @@
 package pusher
 
 import (
-	"strings"
 	"time"
 
-	"github.com/pilotwire/pilotwire/pkg/bus"
 	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
 )
 
@@ -25,19 +23,4 @@ type inflight struct {
 	req      *request
 	deadline time.Time
 	retried  bool
-}
-
-// parseKey splits a registry key into its kind ("fe" or "conn") and ids.
-func parseKey(key string) (kind, frontend, conn string, ok bool) {
-	parts := strings.Split(key, ".")
-	switch {
-	case len(parts) == 2 && parts[0] == "fe":
-		fe, err := bus.UnescapeToken(parts[1])
-		return "fe", fe, "", err == nil
-	case len(parts) == 3 && parts[0] == "conn":
-		fe, err1 := bus.UnescapeToken(parts[1])
-		c, err2 := bus.UnescapeToken(parts[2])
-		return "conn", fe, c, err1 == nil && err2 == nil
-	}
-	return "", "", "", false
 }

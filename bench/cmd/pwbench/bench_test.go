@@ -118,7 +118,7 @@ func (l *inProcLab) Ingest(ctx context.Context, prefix, dir string) (runner.Inge
 	start := time.Now()
 	ready, err := runUntilReady(ctx, health, func(ctx context.Context) error {
 		return ingest.Run(ctx, ingest.Config{Common: svc.Common{NATSURL: l.url, Prefix: prefix}, ConfigDir: dir, ClusterID: "Kubernetes"},
-			js, slog.New(slog.DiscardHandler), prometheus.NewRegistry(), health)
+			svc.Deps{JS: js, Log: slog.New(slog.DiscardHandler), Reg: prometheus.NewRegistry(), Health: health})
 	})
 	if err != nil {
 		return runner.IngestRun{}, err

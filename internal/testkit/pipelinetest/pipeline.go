@@ -88,7 +88,7 @@ func Start(t *testing.T, dir string, opts ...Options) *Pipeline {
 		if o.Ingest != nil {
 			o.Ingest(&cfg)
 		}
-		return ingest.Run(ctx, cfg, d.JS, d.Log, d.Reg, d.Health)
+		return ingest.Run(ctx, cfg, d)
 	})
 	start("debouncer", func(ctx context.Context, d svc.Deps) error {
 		cfg := debounce.DefaultConfig()

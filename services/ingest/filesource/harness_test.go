@@ -69,7 +69,7 @@ func (w *world) start() *run {
 	if err := pub.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	src, err := filesource.New(pub, filesource.Options{Dir: w.dir, Debounce: 20 * time.Millisecond, Log: log, Registerer: r.reg})
+	src, err := filesource.New(pub, filesource.Options{Dir: w.dir, Quiet: 20 * time.Millisecond, Log: log, Registerer: r.reg})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -31,14 +31,19 @@ type Sink interface {
 
 var _ Sink = (*publish.Publisher)(nil)
 
+// DefaultQuiet is how long a path must stay quiet, by default, before it is
+// read again.
+const DefaultQuiet = 25 * time.Millisecond
+
 // Options configure a Source. Zero values mean the defaults noted.
 type Options struct {
 	// Dir is the directory of manifests (required).
 	Dir string
-	// Debounce is how long a path must stay quiet before it is read again
-	// (default 25ms: editors write in bursts well under it; a read that
-	// still catches a half-written file is corrected by the next event).
-	Debounce time.Duration
+	// Quiet is how long a path must stay quiet before it is read again
+	// (default DefaultQuiet: editors write in bursts well under it; a read
+	// that still catches a half-written file is corrected by the next
+	// event).
+	Quiet time.Duration
 	// MaxDelay caps the wait of a path that keeps changing (default 2s).
 	MaxDelay time.Duration
 	// MaxFileSize skips bigger files as invalid (default 32 MiB).
@@ -61,7 +66,7 @@ type Source struct {
 	root    string
 	watcher *fsnotify.Watcher
 	model   *model
-	pending *debouncer[target]
+	pending *coalescer[target]
 	dirs    map[string]struct{} // watched directories, relative ("" is root)
 }
 
@@ -84,8 +89,8 @@ func New(sink Sink, o Options) (*Source, error) {
 	if o.Dir == "" {
 		return nil, errors.New("file source: directory is required")
 	}
-	if o.Debounce <= 0 {
-		o.Debounce = 25 * time.Millisecond
+	if o.Quiet <= 0 {
+		o.Quiet = DefaultQuiet
 	}
 	if o.MaxDelay <= 0 {
 		o.MaxDelay = 2 * time.Second
@@ -121,7 +126,7 @@ func (s *Source) Run(ctx context.Context, ready func(publish.Result)) error {
 	defer w.Close()
 	s.root, s.watcher = root, w
 	s.model = newModel()
-	s.pending = newDebouncer[target](s.opts.Debounce, s.opts.MaxDelay)
+	s.pending = newCoalescer[target](s.opts.Quiet, s.opts.MaxDelay)
 	s.dirs = make(map[string]struct{})
 
 	res, err := s.initial(ctx)
@@ -269,7 +274,7 @@ func (s *Source) onEvent(ev fsnotify.Event, now time.Time) {
 func (s *Source) flush(ctx context.Context, now time.Time) error {
 	// A little slack takes along paths due a moment later: the two halves
 	// of a rename (an object moving between files) go out together.
-	due := s.pending.popDue(now.Add(s.opts.Debounce / 4))
+	due := s.pending.popDue(now.Add(s.opts.Quiet / 4))
 	if len(due) == 0 {
 		return nil
 	}

@@ -21,7 +21,6 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
-	"github.com/pilotwire/pilotwire/pkg/svc"
 	"github.com/pilotwire/pilotwire/services/ingest/publish"
 )
 
@@ -178,7 +177,7 @@ func (c *cluster) run(ctx context.Context) {
 		c.discovered = true
 		c.mu.Unlock()
 	}
-	if err := startSink(ctx, c.sink, c.log); err != nil {
+	if err := c.sink.StartRetrying(ctx, nil); err != nil {
 		return // ctx ended
 	}
 	desired, ok := c.waitInitial(ctx, timeout.C, func() { c.markTimedOut(ctx, cl) })
@@ -365,13 +364,4 @@ func (c *cluster) status() ClusterStatus {
 	}
 	slices.Sort(st.Kinds)
 	return st
-}
-
-// startSink retries the sink's Start with backoff: NATS or the stream may
-// not be there yet. It returns an error only when ctx ends.
-func startSink(ctx context.Context, s Sink, log *slog.Logger) error {
-	return svc.Retry(ctx, 500*time.Millisecond, 30*time.Second, func() error { return s.Start(ctx) },
-		func(err error, wait time.Duration) {
-			log.Warn("cannot read the change stream, retrying", "err", err, "backoff", wait)
-		})
 }

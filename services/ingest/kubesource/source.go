@@ -36,8 +36,10 @@ const (
 // Sink receives one cluster's objects; *publish.Publisher is one. A sink
 // owns its cluster id's subjects.
 type Sink interface {
-	// Start reads what the stream holds for the cluster.
-	Start(ctx context.Context) error
+	// StartRetrying reads what the stream holds for the cluster, retrying
+	// (each failure logged and counted, then passed to onFailure if set)
+	// until it succeeds or ctx ends.
+	StartRetrying(ctx context.Context, onFailure func(err error, wait time.Duration)) error
 	// Sync makes the stream hold exactly desired.
 	Sync(ctx context.Context, desired []publish.Object) (publish.Result, error)
 	// Apply publishes individual changes.
@@ -285,7 +287,7 @@ func (s *Source) removeCluster(ctx context.Context, id string, purge bool) {
 		r.c.log.Info("stopped watching cluster")
 		return
 	}
-	if err := startSink(ctx, r.c.sink, r.c.log); err != nil {
+	if err := r.c.sink.StartRetrying(ctx, nil); err != nil {
 		return // ctx ended
 	}
 	res, err := r.c.sink.Sync(ctx, nil)

@@ -15,10 +15,18 @@ const (
 	RejectSubjectTooLong = "subject_too_long"
 )
 
+// Operations of pilotwire_ingest_publish_retries_total.
+const (
+	retryStart    = "start"     // Start: ensure the stream, read its current state
+	retryPublish  = "publish"   // a round of publishes with failed records
+	retryReadLast = "read_last" // reading a deleted object's last record
+)
+
 type metrics struct {
 	published    *prometheus.CounterVec
 	deduplicated prometheus.Counter
 	errors       prometheus.Counter
+	retries      *prometheus.CounterVec
 	conflicts    prometheus.Counter
 	rejected     *prometheus.CounterVec
 	objects      prometheus.Gauge
@@ -40,6 +48,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "pilotwire_ingest_publish_errors_total",
 			Help: "Failed publish attempts; each is retried with backoff.",
 		})),
+		retries: promreg.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pilotwire_ingest_publish_retries_total",
+			Help: "Failed tries retried after a backoff, by operation (start, publish, read_last).",
+		}, []string{"op"})),
 		conflicts: promreg.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "pilotwire_ingest_publish_conflicts_total",
 			Help: "Publishes refused because the object's subject moved on (another writer); the change is re-planned.",

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/pilotwire/pilotwire/pkg/bus"
+	"github.com/pilotwire/pilotwire/pkg/svc"
 	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
 )
 
@@ -234,12 +235,14 @@ func (p *Publisher) publishAll(ctx context.Context, out []*outMsg) ([]Change, Re
 	var (
 		res    Result
 		replan []Change
-		wait   = p.opts.RetryMin
 	)
-	for len(out) > 0 {
+	err := svc.Retry(ctx, svc.RetryOptions{
+		First: p.opts.RetryMin, Max: p.opts.RetryMax,
+		Log: p.log, Msg: "publish failed, retrying", Failures: p.metrics.retries.WithLabelValues(retryPublish),
+	}, func() error {
 		failed, conflicts, lastErr, err := p.pipeline(ctx, out, &res)
 		if err != nil {
-			return nil, res, err
+			return err // ctx ended
 		}
 		for _, m := range conflicts {
 			again, err := p.resolveConflict(ctx, m, &res)
@@ -253,15 +256,14 @@ func (p *Publisher) publishAll(ctx context.Context, out []*outMsg) ([]Change, Re
 			}
 		}
 		if len(failed) == 0 {
-			break
+			return nil
 		}
 		p.metrics.errors.Add(float64(len(failed)))
-		p.log.Warn("publish failed, retrying", "records", len(failed), "first", failed[0].key.String(), "err", lastErr, "backoff", wait)
-		if err := sleepCtx(ctx, wait); err != nil {
-			return nil, res, err
-		}
-		wait = min(2*wait, p.opts.RetryMax)
 		out = failed
+		return fmt.Errorf("%d records, the first %s: %w", len(failed), failed[0].key, lastErr)
+	})
+	if err != nil {
+		return nil, res, err
 	}
 	return replan, res, nil
 }
@@ -382,35 +384,26 @@ func (p *Publisher) resolveConflict(ctx context.Context, m *outMsg, res *Result)
 // errors until ctx ends. A record that cannot be read yields nil.
 func (p *Publisher) lastObject(ctx context.Context, k Key) ([]byte, error) {
 	subj := p.opts.Names.ChangeSubject(p.opts.Cluster, k.ref(""))
-	wait := p.opts.RetryMin
-	for {
+	var obj []byte
+	err := svc.Retry(ctx, svc.RetryOptions{
+		First: p.opts.RetryMin, Max: p.opts.RetryMax,
+		Log: p.log, Msg: "reading an object's last record failed, retrying", Attrs: []any{"key", k.String()},
+		Failures: p.metrics.retries.WithLabelValues(retryReadLast),
+	}, func() error {
 		raw, err := bus.LastMsg(ctx, p.stream, subj)
-		if err == nil {
-			if raw == nil {
-				return nil, nil
-			}
-			var rec pb.ChangeRecord
-			if err := proto.Unmarshal(raw.Data, &rec); err != nil {
-				p.log.Warn("last record of a deleted object is undecodable; deleting without it", "key", k.String(), "err", err)
-				return nil, nil
-			}
-			return rec.GetObject(), nil
+		if err != nil || raw == nil {
+			return err
 		}
-		p.log.Warn("reading an object's last record failed, retrying", "key", k.String(), "err", err, "backoff", wait)
-		if err := sleepCtx(ctx, wait); err != nil {
-			return nil, err
+		var rec pb.ChangeRecord
+		if err := proto.Unmarshal(raw.Data, &rec); err != nil {
+			p.log.Warn("last record of a deleted object is undecodable; deleting without it", "key", k.String(), "err", err)
+			return nil
 		}
-		wait = min(2*wait, p.opts.RetryMax)
-	}
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
+		obj = rec.GetObject()
 		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
+	return obj, nil
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pilotwire/pilotwire/pkg/bus"
+	"github.com/pilotwire/pilotwire/pkg/svc"
 )
 
 // Options configure a Publisher. Zero values mean the defaults noted.
@@ -157,6 +158,18 @@ func (p *Publisher) Start(ctx context.Context) error {
 		"stream", s.CachedInfo().Config.Name, "objects", p.live, "subjects", len(p.state),
 		"seq", p.lastSeq, "max_msg_size", maxSize, "took", time.Since(start).Round(time.Millisecond))
 	return nil
+}
+
+// StartRetrying calls Start until it succeeds or ctx ends, with backoff
+// from 500ms to 30s: NATS or the stream may not be there yet. Each failure
+// is logged, counted and passed to onFailure if set. It returns an error
+// only when ctx ends.
+func (p *Publisher) StartRetrying(ctx context.Context, onFailure func(err error, wait time.Duration)) error {
+	return svc.Retry(ctx, svc.RetryOptions{
+		First: 500 * time.Millisecond, Max: 30 * time.Second,
+		Log: p.log, Msg: "cannot read the change stream, retrying", Failures: p.metrics.retries.WithLabelValues(retryStart),
+		OnFailure: onFailure,
+	}, func() error { return p.Start(ctx) })
 }
 
 // Apply publishes what changes mean against the stream's current state,

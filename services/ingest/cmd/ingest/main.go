@@ -15,12 +15,7 @@ import (
 func main() { svc.Main(newCommand()) }
 
 func newCommand() *cobra.Command {
-	var cfg ingest.Config
-	cmd := svc.Command("ingest", "Publish Kubernetes objects (a manifest directory, live clusters, or both) to the pilotwire change stream",
-		ingest.DefaultHTTPAddr, &cfg.Common, func() error { return cfg.Validate() },
-		func(ctx context.Context, d svc.Deps) error {
-			return ingest.Run(ctx, cfg, d.JS, d.Log, d.Reg, d.Health, ingest.WithHTTP(d.HTTP))
-		})
-	cfg.AddSourceFlags(cmd.Flags())
-	return cmd
+	cfg := ingest.DefaultConfig()
+	return svc.Command("ingest", "Publish Kubernetes objects (a manifest directory, live clusters, or both) to the pilotwire change stream", &cfg,
+		func(ctx context.Context, d svc.Deps) error { return ingest.Run(ctx, cfg, d) })
 }

@@ -8,7 +8,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 )
 
-func TestDebouncer(t *testing.T) {
+func TestCoalescer(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	ms := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
 	type touch struct {
@@ -57,16 +57,16 @@ func TestDebouncer(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			d := newDebouncer[string](100*time.Millisecond, 500*time.Millisecond)
+			c := newCoalescer[string](100*time.Millisecond, 500*time.Millisecond)
 			for _, tt := range tc.touches {
-				d.touch(tt.key, ms(tt.at))
+				c.touch(tt.key, ms(tt.at))
 			}
-			got := d.popDue(ms(tc.popAt))
+			got := c.popDue(ms(tc.popAt))
 			slices.Sort(got)
 			if diff := cmp.Diff(tc.wantDue, got); diff != "" {
 				t.Errorf("due (-want +got):\n%s", diff)
 			}
-			at, ok := d.next()
+			at, ok := c.next()
 			switch {
 			case tc.wantNxt < 0 && ok:
 				t.Errorf("next = %v, want none", at.Sub(t0))

@@ -1,0 +1,73 @@
+package debouncer
+
+import (
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/pilotwire/pilotwire/pkg/debounce"
+	"github.com/pilotwire/pilotwire/pkg/lease"
+	"github.com/pilotwire/pilotwire/pkg/svc"
+)
+
+// Config of the debouncer. Each field with a flag names it and its env var;
+// the defaults are DefaultConfig's.
+type Config struct {
+	svc.Common
+	// Debounce holds the windows: --debounce-after (env
+	// PILOT_DEBOUNCE_AFTER, default 100ms), --debounce-max (env
+	// PILOT_DEBOUNCE_MAX, default 10s), --enable-eds-debounce (env
+	// PILOT_ENABLE_EDS_DEBOUNCE, default true), as Istio.
+	Debounce debounce.Config
+	// ID names this instance in the lease (--id, env PILOTWIRE_INSTANCE_ID;
+	// default debouncer-<hostname>-<random>).
+	ID string
+	// LeaseTTL: a standby takes over after the active instance has not
+	// renewed the lease for this long (--lease-ttl, env PILOTWIRE_LEASE_TTL,
+	// default 3s).
+	LeaseTTL time.Duration
+	// MaxAckPending bounds the change records held un-acked (merged into a
+	// pending request). It must exceed the records one max window can hold
+	// (--max-ack-pending, env PILOTWIRE_DEBOUNCE_MAX_ACK_PENDING, default
+	// 200000).
+	MaxAckPending int
+}
+
+// DefaultConfig is the configuration every flag defaults to; Run also takes
+// from it every field left zero.
+func DefaultConfig() Config {
+	return Config{
+		Common:        svc.DefaultCommon("127.0.0.1:9092"),
+		Debounce:      debounce.DefaultConfig(),
+		LeaseTTL:      lease.DefaultTTL,
+		MaxAckPending: 200_000,
+	}
+}
+
+// AddFlags registers the debouncer's flags on fs, each defaulting to
+// DefaultConfig's value unless its environment variable is set.
+func (c *Config) AddFlags(fs *pflag.FlagSet) {
+	d := DefaultConfig()
+	c.Common.AddFlags(fs, d.Common)
+	fs.DurationVar(&c.Debounce.DebounceAfter, "debounce-after", svc.EnvDuration("PILOT_DEBOUNCE_AFTER", d.Debounce.DebounceAfter), "quiet window: emit when no change arrived for this long (env PILOT_DEBOUNCE_AFTER)")
+	fs.DurationVar(&c.Debounce.DebounceMax, "debounce-max", svc.EnvDuration("PILOT_DEBOUNCE_MAX", d.Debounce.DebounceMax), "emit at the latest this long after the first merged change (env PILOT_DEBOUNCE_MAX)")
+	fs.BoolVar(&c.Debounce.EnableEDSDebounce, "enable-eds-debounce", svc.EnvBool("PILOT_ENABLE_EDS_DEBOUNCE", d.Debounce.EnableEDSDebounce), "debounce endpoint-only changes too (env PILOT_ENABLE_EDS_DEBOUNCE)")
+	fs.IntVar(&c.MaxAckPending, "max-ack-pending", svc.EnvInt("PILOTWIRE_DEBOUNCE_MAX_ACK_PENDING", d.MaxAckPending), "change records held un-acknowledged while merged (env PILOTWIRE_DEBOUNCE_MAX_ACK_PENDING)")
+	fs.StringVar(&c.ID, "id", svc.EnvString("PILOTWIRE_INSTANCE_ID", d.ID), "unique id of this instance in the lease (env PILOTWIRE_INSTANCE_ID; default debouncer-<hostname>-<random>)")
+	fs.DurationVar(&c.LeaseTTL, "lease-ttl", svc.EnvDuration("PILOTWIRE_LEASE_TTL", d.LeaseTTL), "a standby takes over when the active instance has not renewed its lease for this long (env PILOTWIRE_LEASE_TTL)")
+}
+
+// withDefaults fills every zero field from DefaultConfig (the instance id,
+// unique per process, is Run's to make). The debounce windows are filled by
+// pkg/debounce; EnableEDSDebounce is taken as given.
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	c.Debounce = debounce.New(c.Debounce).Config()
+	if c.LeaseTTL <= 0 {
+		c.LeaseTTL = d.LeaseTTL
+	}
+	if c.MaxAckPending <= 0 {
+		c.MaxAckPending = d.MaxAckPending
+	}
+	return c
+}

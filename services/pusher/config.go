@@ -1,0 +1,103 @@
+package pusher
+
+import (
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/pilotwire/pilotwire/pkg/lease"
+	"github.com/pilotwire/pilotwire/pkg/pushqueue"
+	"github.com/pilotwire/pilotwire/pkg/svc"
+)
+
+// Config of the pusher. Each field with a flag names it and its env var;
+// the defaults are DefaultConfig's.
+type Config struct {
+	svc.Common
+	// Throttle is the most connections processed at once per frontend
+	// (--push-throttle, env PILOT_PUSH_THROTTLE; default min(15+5*GOMAXPROCS,
+	// 100) as Istio, whose throttle is per istiod: the process that
+	// generates).
+	Throttle int
+	// Shard names this pusher's durable consumer; one active pusher per
+	// shard (--shard, env PILOTWIRE_PUSHER_SHARD, default "0"). Sharding by
+	// frontend comes later.
+	Shard string
+	// ID is unique per process; PushDone reports come to its subject
+	// (--id, env PILOTWIRE_INSTANCE_ID; default pusher-<hostname>-<random>).
+	ID string
+	// PushTimeout is how long a dispatched order may wait for its PushDone
+	// before it is re-queued once (--push-timeout, env
+	// PILOTWIRE_PUSH_TIMEOUT, default 30s).
+	PushTimeout time.Duration
+	// FrontendTimeout: a frontend without a heartbeat for this long is
+	// dead and its connections are forgotten (--frontend-timeout, env
+	// PILOTWIRE_FRONTEND_TIMEOUT, default 6s).
+	FrontendTimeout time.Duration
+	// LeaseTTL: a standby takes over after the active pusher has not
+	// renewed its shard's lease for this long (--lease-ttl, env
+	// PILOTWIRE_LEASE_TTL, default 3s).
+	LeaseTTL time.Duration
+	// MaxBatch caps the orders sent to one frontend in one message (no
+	// flag; default 256).
+	MaxBatch int
+	// DrainTimeout bounds the dispatch of queued work on shutdown (no flag;
+	// default 5s).
+	DrainTimeout time.Duration
+}
+
+// DefaultConfig is the configuration every flag defaults to; Run also takes
+// from it every field left zero.
+func DefaultConfig() Config {
+	return Config{
+		Common:          svc.DefaultCommon("127.0.0.1:9093"),
+		Throttle:        pushqueue.DefaultThrottle(),
+		Shard:           "0",
+		PushTimeout:     30 * time.Second,
+		FrontendTimeout: 6 * time.Second,
+		LeaseTTL:        lease.DefaultTTL,
+		MaxBatch:        256,
+		DrainTimeout:    5 * time.Second,
+	}
+}
+
+// AddFlags registers the pusher's flags on fs, each defaulting to
+// DefaultConfig's value unless its environment variable is set.
+func (c *Config) AddFlags(fs *pflag.FlagSet) {
+	d := DefaultConfig()
+	c.Common.AddFlags(fs, d.Common)
+	fs.IntVar(&c.Throttle, "push-throttle", svc.EnvInt("PILOT_PUSH_THROTTLE", d.Throttle), "most connections pushed at once (env PILOT_PUSH_THROTTLE)")
+	fs.StringVar(&c.Shard, "shard", svc.EnvString("PILOTWIRE_PUSHER_SHARD", d.Shard), "pusher shard: names the durable consumer (env PILOTWIRE_PUSHER_SHARD)")
+	fs.DurationVar(&c.PushTimeout, "push-timeout", svc.EnvDuration("PILOTWIRE_PUSH_TIMEOUT", d.PushTimeout), "a push order without a done report after this long is re-queued once (env PILOTWIRE_PUSH_TIMEOUT)")
+	fs.DurationVar(&c.FrontendTimeout, "frontend-timeout", svc.EnvDuration("PILOTWIRE_FRONTEND_TIMEOUT", d.FrontendTimeout), "a frontend without a heartbeat for this long is forgotten with its connections (env PILOTWIRE_FRONTEND_TIMEOUT)")
+	fs.StringVar(&c.ID, "id", svc.EnvString("PILOTWIRE_INSTANCE_ID", d.ID), "unique id of this instance in the lease (env PILOTWIRE_INSTANCE_ID; default pusher-<hostname>-<random>)")
+	fs.DurationVar(&c.LeaseTTL, "lease-ttl", svc.EnvDuration("PILOTWIRE_LEASE_TTL", d.LeaseTTL), "a standby takes over when the active instance has not renewed its lease for this long (env PILOTWIRE_LEASE_TTL)")
+}
+
+// withDefaults fills every zero field from DefaultConfig (the instance id,
+// unique per process, is Run's to make).
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	if c.Throttle <= 0 {
+		c.Throttle = d.Throttle
+	}
+	if c.Shard == "" {
+		c.Shard = d.Shard
+	}
+	if c.PushTimeout <= 0 {
+		c.PushTimeout = d.PushTimeout
+	}
+	if c.FrontendTimeout <= 0 {
+		c.FrontendTimeout = d.FrontendTimeout
+	}
+	if c.LeaseTTL <= 0 {
+		c.LeaseTTL = d.LeaseTTL
+	}
+	if c.MaxBatch <= 0 {
+		c.MaxBatch = d.MaxBatch
+	}
+	if c.DrainTimeout <= 0 {
+		c.DrainTimeout = d.DrainTimeout
+	}
+	return c
+}

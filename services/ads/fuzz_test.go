@@ -2,51 +2,14 @@ package ads
 
 import (
 	"context"
-	"log/slog"
 	"testing"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	resource "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
-	"github.com/prometheus/client_golang/prometheus"
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
-	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
-
-	"github.com/pilotwire/pilotwire/pkg/model"
-	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
 )
-
-// fakeStream records what a connection sends; it is never read from.
-type fakeStream[Req, Resp any] struct {
-	grpc.ServerStream
-	ctx  context.Context
-	sent []*Resp
-}
-
-func (f *fakeStream[Req, Resp]) Context() context.Context { return f.ctx }
-func (f *fakeStream[Req, Resp]) Send(r *Resp) error       { f.sent = append(f.sent, r); return nil }
-func (f *fakeStream[Req, Resp]) Recv() (*Req, error)      { select {} }
-
-// offlineServer is a Server with a model and no NATS, for driving a
-// connection's request handling directly.
-func offlineServer(t testing.TB) *Server {
-	t.Helper()
-	store := model.NewStore()
-	return &Server{
-		id:      "fuzz",
-		store:   store,
-		log:     slog.New(slog.DiscardHandler),
-		metrics: newMetrics(prometheus.NewRegistry()),
-		drainCh: make(chan struct{}),
-		conns:   make(map[string]*conn),
-		registry: &registry{
-			fe:     &pb.FrontendInfo{Id: "fuzz"},
-			notify: make(chan struct{}, 1),
-			dirty:  make(map[string]*pb.ConnectionInfo),
-		},
-	}
-}
 
 func seedRequests() [][]byte {
 	node := &core.Node{Id: "sidecar~10.0.0.1~a-0.default~default.svc.cluster.local"}
@@ -75,9 +38,9 @@ func FuzzSotWRequests(f *testing.F) {
 		f.Add(seeds[i], seeds[(i+1)%len(seeds)])
 	}
 	f.Fuzz(func(t *testing.T, a, b []byte) {
-		s := offlineServer(t)
-		st := &fakeStream[discovery.DiscoveryRequest, discovery.DiscoveryResponse]{ctx: context.Background()}
-		c := s.newConn(st.ctx, "")
+		s, _, _, _ := offlineServer(t)
+		st := &fakeSotW{}
+		c := s.newConn(context.Background(), "")
 		c.sotw = st
 		requested := map[string]bool{}
 		for _, data := range [][]byte{a, b, a} {
@@ -114,9 +77,9 @@ func FuzzDeltaRequests(f *testing.F) {
 		if proto.Unmarshal(data, req) != nil {
 			return
 		}
-		s := offlineServer(t)
-		st := &fakeStream[discovery.DeltaDiscoveryRequest, discovery.DeltaDiscoveryResponse]{ctx: context.Background()}
-		c := s.newConn(st.ctx, "")
+		s, _, _, _ := offlineServer(t)
+		st := &fakeDelta{}
+		c := s.newConn(context.Background(), "")
 		c.delta = st
 		for range 2 {
 			if err := c.handleDelta(req); err != nil {

@@ -1,0 +1,120 @@
+package ads
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+
+	"github.com/pilotwire/pilotwire/pkg/model"
+	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
+)
+
+// handleRequest applies one state-of-the-world request. Only a protocol
+// violation ends the stream; the error is a gRPC status.
+func (c *conn) handleRequest(req *discovery.DiscoveryRequest) error {
+	if err := c.open(req.GetNode()); err != nil {
+		return err
+	}
+	t, err := c.requestType(req.GetTypeUrl())
+	if t == "" || err != nil {
+		return err
+	}
+	w, seen := c.watches[t]
+	if !seen {
+		w = &watch{typeURL: t}
+		c.watches[t] = w
+	}
+	nonce := req.GetResponseNonce()
+	if seen && nonce != "" && nonce != w.nonce {
+		// An answer to an older response: the newer one is in flight.
+		c.s.metrics.expiredNonce.WithLabelValues(shortType(t)).Inc()
+		return nil
+	}
+	if nonce != "" && req.GetErrorDetail() != nil {
+		c.nack(w, nonce, req.GetErrorDetail().GetMessage())
+		return c.answered(w)
+	}
+	changed := w.setNames(req.GetResourceNames(), !seen || nonce == "")
+	c.subsChanged = c.subsChanged || changed || !seen
+	if nonce != "" {
+		c.ack(w, nonce, req.GetVersionInfo())
+		if !changed {
+			return c.answered(w)
+		}
+		w.awaiting, w.deferred = false, false // the answer below is the latest state
+	}
+	// A new subscription, a reconnect, or changed names: answer now from the
+	// model as it is. A reconnecting client that already has the current
+	// version is sent nothing (go-control-plane and Envoy agree on this).
+	if nonce == "" && req.GetVersionInfo() != "" {
+		if r, err := c.s.build(c.s.meshes.Snapshot(), c.proxy, w); err == nil && r.version == req.GetVersionInfo() {
+			w.sentVersion, w.ackedVersion, w.genSeq = r.version, r.version, c.s.meshes.AppliedSeq()
+			c.s.updateConn(c)
+			return nil
+		}
+	}
+	return c.answer(w)
+}
+
+// respond generates the type for the watch and sends it when it differs from
+// what was last sent, or always when force (an answer to a request). A push
+// of EDS or RDS carries only the resources that changed, as Istio's
+// incremental EDS does; everything else carries the whole watched set. It
+// reports whether it sent.
+func (c *conn) respond(mesh *model.Mesh, w *watch, force bool, pushID uint64) (bool, error) {
+	full, err := c.s.build(mesh, c.proxy, w)
+	if err != nil {
+		c.generateFailed(w, mesh, err)
+		return false, nil
+	}
+	w.genSeq = mesh.Seq
+	if !force && full.version == w.sentVersion {
+		return false, nil
+	}
+	r := full
+	if !force && incrementalSotW(w.typeURL) && w.sentRes != nil {
+		changed, any := full.onlyChanged(w.sentRes)
+		if !any {
+			// Only removals: the client keeps what it has, which is
+			// harmless; remember the new state.
+			w.sentVersion = full.version
+			return false, nil
+		}
+		r = changed
+	}
+	c.nonceSeq++
+	nonce := c.id + "-" + strconv.FormatUint(c.nonceSeq, 36)
+	resp := &discovery.DiscoveryResponse{
+		VersionInfo: r.version,
+		Resources:   r.resources,
+		TypeUrl:     w.typeURL,
+		Nonce:       nonce,
+	}
+	sendStart := time.Now()
+	err = c.sotw.Send(resp)
+	c.s.metrics.sendTime.Observe(time.Since(sendStart).Seconds())
+	c.s.metrics.configSize.WithLabelValues(shortType(w.typeURL)).Observe(float64(r.bytes))
+	if err != nil {
+		c.s.metrics.sendErrors.WithLabelValues(shortType(w.typeURL)).Inc()
+		return false, fmt.Errorf("send %s to %s: %w", shortType(w.typeURL), c.proxy.ID, err)
+	}
+	w.nonce = nonce
+	w.sentAt = time.Now()
+	w.awaiting = true
+	w.sentVersion = r.version
+	if incrementalSotW(w.typeURL) {
+		if r == full || w.sentRes == nil {
+			w.sentRes = make(map[string]string, len(full.names))
+		}
+		for i, n := range r.names {
+			w.sentRes[n] = r.versions[i]
+		}
+	}
+	c.s.metrics.pushes.WithLabelValues(shortType(w.typeURL)).Inc()
+	c.s.metrics.responseBytes.WithLabelValues(shortType(w.typeURL)).Add(float64(r.bytes))
+	c.s.record(c, pb.DeliveryRecord_RESPONSE, w.typeURL, r.version, nonce, r.names, pushID, "")
+	c.log.Debug("sent", "type", shortType(w.typeURL), "version", r.version, "resources", len(r.resources), "seq", mesh.Seq)
+	return true, nil
+}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	resource "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 
 	"github.com/pilotwire/pilotwire/pkg/model"
 	"github.com/pilotwire/pilotwire/pkg/xdsgen"
@@ -50,7 +51,7 @@ func (c *conn) handleDelta(req *discovery.DeltaDiscoveryRequest) error {
 	}
 	changed := w.applyDelta(req.GetResourceNamesSubscribe(), req.GetResourceNamesUnsubscribe(), !seen)
 	c.subsChanged = c.subsChanged || changed || !seen
-	if !changed && seen {
+	if !changed && seen && !w.alwaysRespond {
 		if !w.awaiting && w.deferred {
 			w.awaiting = true // answered() clears it and sends the deferred push
 			return c.answered(w)
@@ -199,6 +200,10 @@ func (c *conn) respondDelta(mesh *model.Mesh, w *watch, force bool, pushID uint6
 	w.sentAt = time.Now()
 	w.awaiting = true
 	w.sentVersion = version
+	w.alwaysRespond = false
+	if w.typeURL == resource.ClusterType {
+		c.clustersSent(names)
+	}
 	c.s.metrics.pushes.WithLabelValues(shortType(w.typeURL)).Inc()
 	c.s.metrics.responseBytes.WithLabelValues(shortType(w.typeURL)).Add(float64(bytes))
 	c.s.record(c, pb.DeliveryRecord_RESPONSE, w.typeURL, version, nonce, names, pushID, "")

@@ -3,6 +3,8 @@ package ads
 import (
 	"time"
 
+	resource "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+
 	"github.com/pilotwire/pilotwire/pkg/model"
 	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
 )
@@ -81,6 +83,29 @@ func (c *conn) nack(w *watch, nonce, msg string) {
 	c.log.Warn("config rejected", "type", shortType(w.typeURL), "version", w.sentVersion, "nonce", nonce, "err", msg)
 	c.s.record(c, pb.DeliveryRecord_NACK, w.typeURL, w.sentVersion, nonce, nil, 0, msg)
 	c.s.updateConn(c)
+}
+
+// clustersSent is told which clusters a CDS response just added or changed.
+// Envoy warms each of them and waits for its load assignment, even one that
+// did not change: the watch's EDS forgets that the client has them, so the
+// next EDS response (the rest of this push, or the answer to the client's
+// ACK) carries them again, and its next EDS request is answered even when it
+// looks like an ACK (envoy#13009; Istio's AlwaysRespond).
+func (c *conn) clustersSent(names []string) {
+	eds, ok := c.watches[resource.EndpointType]
+	if !ok || len(names) == 0 {
+		return
+	}
+	eds.alwaysRespond = true
+	for _, n := range names {
+		if eds.known != nil {
+			delete(eds.known, n)
+		}
+		if _, had := eds.sentRes[n]; had {
+			delete(eds.sentRes, n)
+			eds.forgotten = true
+		}
+	}
 }
 
 // handleOrders brings every watched type up to date with the model (which

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	resource "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 
 	"github.com/pilotwire/pilotwire/pkg/model"
 	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
@@ -40,15 +41,16 @@ func (c *conn) handleRequest(req *discovery.DiscoveryRequest) error {
 	c.subsChanged = c.subsChanged || changed || !seen
 	if nonce != "" {
 		c.ack(w, nonce, req.GetVersionInfo())
-		if !changed {
+		if !changed && !w.alwaysRespond {
 			return c.answered(w)
 		}
 		w.awaiting, w.deferred = false, false // the answer below is the latest state
 	}
-	// A new subscription, a reconnect, or changed names: answer now from the
-	// model as it is. A reconnecting client that already has the current
-	// version is sent nothing (go-control-plane and Envoy agree on this).
-	if nonce == "" && req.GetVersionInfo() != "" {
+	// A new subscription, a reconnect, changed names, or a request that must
+	// be answered (EDS after clusters changed): answer now from the model as
+	// it is. A reconnecting client that already has the current version is
+	// sent nothing (go-control-plane and Envoy agree on this).
+	if nonce == "" && req.GetVersionInfo() != "" && !w.alwaysRespond {
 		if r, err := c.s.build(c.s.meshes.Snapshot(), c.proxy, w); err == nil && r.version == req.GetVersionInfo() {
 			w.sentVersion, w.ackedVersion, w.genSeq = r.version, r.version, c.s.meshes.AppliedSeq()
 			c.s.updateConn(c)
@@ -70,7 +72,7 @@ func (c *conn) respond(mesh *model.Mesh, w *watch, force bool, pushID uint64) (b
 		return false, nil
 	}
 	w.genSeq = mesh.Seq
-	if !force && full.version == w.sentVersion {
+	if !force && full.version == w.sentVersion && !w.forgotten {
 		return false, nil
 	}
 	r := full
@@ -104,7 +106,12 @@ func (c *conn) respond(mesh *model.Mesh, w *watch, force bool, pushID uint64) (b
 	w.sentAt = time.Now()
 	w.awaiting = true
 	w.sentVersion = r.version
-	if incrementalSotW(w.typeURL) {
+	w.alwaysRespond, w.forgotten = false, false
+	var changedClusters []string
+	if w.typeURL == resource.ClusterType {
+		changedClusters = r.changedFrom(w.sentRes)
+	}
+	if incrementalSotW(w.typeURL) || w.typeURL == resource.ClusterType {
 		if r == full || w.sentRes == nil {
 			w.sentRes = make(map[string]string, len(full.names))
 		}
@@ -112,6 +119,7 @@ func (c *conn) respond(mesh *model.Mesh, w *watch, force bool, pushID uint64) (b
 			w.sentRes[n] = r.versions[i]
 		}
 	}
+	c.clustersSent(changedClusters)
 	c.s.metrics.pushes.WithLabelValues(shortType(w.typeURL)).Inc()
 	c.s.metrics.responseBytes.WithLabelValues(shortType(w.typeURL)).Add(float64(r.bytes))
 	c.s.record(c, pb.DeliveryRecord_RESPONSE, w.typeURL, r.version, nonce, r.names, pushID, "")

@@ -49,8 +49,14 @@ type watch struct {
 	sentVersion string
 	genSeq      uint64 // model sequence of the last generation, sent or not
 	// state of the world EDS/RDS: version of each resource last sent, to
-	// push only what changed
+	// push only what changed; CDS: to tell which clusters a response changed
 	sentRes map[string]string
+	// forgotten: entries of sentRes were dropped (the client must be sent
+	// them again although the version did not change)
+	forgotten bool
+	// alwaysRespond: answer the next request of the type even when it looks
+	// like an ACK (EDS after the clusters it warms changed)
+	alwaysRespond bool
 	// delta only: what the client has (name -> version; absent = told it
 	// does not exist) and its explicit subscriptions
 	known      map[string]string

@@ -1,6 +1,7 @@
 package ads
 
 import (
+	"slices"
 	"time"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -53,7 +54,7 @@ func (c *conn) info() *pb.ConnectionInfo {
 		ci.Watches = append(ci.Watches, &pb.Watch{
 			TypeUrl:      t,
 			Wildcard:     w.wildcard,
-			Names:        w.names,
+			Names:        slices.Clone(w.names), // published: never shares the loop's slice
 			AckedVersion: w.ackedVersion,
 			SentVersion:  w.sentVersion,
 			NackError:    w.nackError,

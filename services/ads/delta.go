@@ -2,6 +2,7 @@ package ads
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"time"
@@ -94,11 +95,8 @@ func (w *watch) applyDelta(sub, unsub []string, first bool) bool {
 		delete(w.known, n)
 	}
 	if changed {
-		w.names = w.names[:0]
-		for n := range w.subscribed {
-			w.names = append(w.names, n)
-		}
-		slices.Sort(w.names)
+		// A new slice: the published ConnectionInfo may share the old one.
+		w.names = slices.Sorted(maps.Keys(w.subscribed))
 		w.nameKey = ""
 	}
 	return changed
@@ -116,7 +114,8 @@ func (c *conn) respondDelta(mesh *model.Mesh, w *watch, force bool, pushID uint6
 	w.genSeq = mesh.Seq
 	var want []*xdsgen.Resource
 	if w.wildcard {
-		want = set.Resources
+		// set.Resources is shared by every connection: append to a copy.
+		want = slices.Clip(set.Resources)
 		for _, n := range w.names {
 			if set.Get(n) == nil {
 				want = append(want, &xdsgen.Resource{Name: n}) // subscribed, missing

@@ -51,8 +51,6 @@ var (
 type meshSource interface {
 	// Snapshot is the mesh as applied so far; immutable.
 	Snapshot() *model.Mesh
-	// AppliedSeq is the sequence of the last record applied.
-	AppliedSeq() uint64
 }
 
 // pushReporter is told how each push order ended: the order router, which

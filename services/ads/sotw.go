@@ -51,8 +51,10 @@ func (c *conn) handleRequest(req *discovery.DiscoveryRequest) error {
 	// it is. A reconnecting client that already has the current version is
 	// sent nothing (go-control-plane and Envoy agree on this).
 	if nonce == "" && req.GetVersionInfo() != "" && !w.alwaysRespond {
-		if r, err := c.s.build(c.s.meshes.Snapshot(), c.proxy, w); err == nil && r.version == req.GetVersionInfo() {
-			w.sentVersion, w.ackedVersion, w.genSeq = r.version, r.version, c.s.meshes.AppliedSeq()
+		mesh := c.s.meshes.Snapshot()
+		if r, err := c.s.build(mesh, c.proxy, w); err == nil && r.version == req.GetVersionInfo() {
+			// Synced at the mesh compared against, not a later one.
+			w.sentVersion, w.ackedVersion, w.genSeq = r.version, r.version, mesh.Seq
 			c.s.updateConn(c)
 			return nil
 		}

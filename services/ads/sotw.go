@@ -34,8 +34,16 @@ func (c *conn) handleRequest(req *discovery.DiscoveryRequest) error {
 		return nil
 	}
 	if nonce != "" && req.GetErrorDetail() != nil {
+		// The names apply whatever the verdict: a NACK may subscribe to
+		// more (a cluster that would otherwise never get endpoints).
+		changed := w.setNames(req.GetResourceNames(), !seen)
+		c.subsChanged = c.subsChanged || changed || !seen
 		c.nack(w, nonce, req.GetErrorDetail().GetMessage())
-		return c.answered(w)
+		if !changed {
+			return c.answered(w)
+		}
+		w.awaiting, w.deferred = false, false // the answer below is the latest state
+		return c.answer(w)
 	}
 	changed := w.setNames(req.GetResourceNames(), !seen || nonce == "")
 	c.subsChanged = c.subsChanged || changed || !seen

@@ -28,7 +28,12 @@ func (c *conn) handleRequest(req *discovery.DiscoveryRequest) error {
 		c.watches[t] = w
 	}
 	nonce := req.GetResponseNonce()
-	if seen && nonce != "" && nonce != w.nonce {
+	if !seen {
+		// An initial request: a nonce (and error) from another stream, as
+		// after a reconnect, says nothing about this one.
+		nonce = ""
+	}
+	if nonce != "" && nonce != w.nonce {
 		// An answer to an older response: the newer one is in flight.
 		c.s.metrics.expiredNonce.WithLabelValues(shortType(t)).Inc()
 		return nil

@@ -50,9 +50,9 @@ func (c *conn) handleDelta(req *discovery.DeltaDiscoveryRequest) error {
 			w.awaiting = false
 		}
 	}
-	changed := w.applyDelta(req.GetResourceNamesSubscribe(), req.GetResourceNamesUnsubscribe(), !seen)
+	changed, resend := w.applyDelta(req.GetResourceNamesSubscribe(), req.GetResourceNamesUnsubscribe(), !seen)
 	c.subsChanged = c.subsChanged || changed || !seen
-	if !changed && seen && !w.alwaysRespond {
+	if !changed && !resend && seen && !w.alwaysRespond {
 		if !w.awaiting && w.deferred {
 			w.awaiting = true // answered() clears it and sends the deferred push
 			return c.answered(w)
@@ -64,9 +64,9 @@ func (c *conn) handleDelta(req *discovery.DeltaDiscoveryRequest) error {
 }
 
 // applyDelta applies subscribe and unsubscribe lists and reports whether
-// the subscription changed.
-func (w *watch) applyDelta(sub, unsub []string, first bool) bool {
-	changed := false
+// the subscription changed, and whether a resource the client was believed
+// to have must be sent again.
+func (w *watch) applyDelta(sub, unsub []string, first bool) (changed, resend bool) {
 	if first && len(sub) == 0 && wildcardDefault(w.typeURL) {
 		w.wildcard, changed = true, true
 	}
@@ -79,6 +79,15 @@ func (w *watch) applyDelta(sub, unsub []string, first bool) bool {
 		if !w.subscribed[n] {
 			w.subscribed[n] = true
 			changed = true
+		}
+		if !first {
+			// A subscribe asks for the resource whatever the server believes
+			// the client has (initial_resource_versions on the first request
+			// say what it has).
+			if _, had := w.known[n]; had {
+				delete(w.known, n)
+				resend = true
+			}
 		}
 	}
 	for _, n := range unsub {
@@ -99,7 +108,7 @@ func (w *watch) applyDelta(sub, unsub []string, first bool) bool {
 		w.names = slices.Sorted(maps.Keys(w.subscribed))
 		w.nameKey = ""
 	}
-	return changed
+	return changed, resend
 }
 
 // respondDelta sends the resources whose version differs from what the

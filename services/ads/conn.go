@@ -204,7 +204,10 @@ func (c *conn) run() error {
 				return nil
 			}
 			c.log.Debug("receive ended", "err", err)
-			return nil
+			if _, ok := status.FromError(err); ok {
+				return err
+			}
+			return status.Error(codes.Internal, "receive: "+err.Error())
 		case <-c.s.drainCh:
 			return status.Error(codes.Unavailable, "frontend draining: reconnect to another frontend")
 		case <-ctx.Done():

@@ -170,7 +170,7 @@ func (c *conn) respondDelta(mesh *model.Mesh, w *watch, force bool, pushID uint6
 	slices.Sort(removed)
 	version := xdsgen.VersionOf(present)
 	if len(send) == 0 && len(removed) == 0 && !force {
-		w.sentVersion = version
+		w.genVersion = version // nothing sent: sentVersion stays what was
 		return false, nil
 	}
 	c.nonceSeq++
@@ -207,7 +207,7 @@ func (c *conn) respondDelta(mesh *model.Mesh, w *watch, force bool, pushID uint6
 	w.nonce = nonce
 	w.sentAt = time.Now()
 	w.awaiting = true
-	w.sentVersion = version
+	w.sentVersion, w.genVersion = version, version
 	w.alwaysRespond = false
 	if w.typeURL == resource.ClusterType {
 		c.clustersSent(names)

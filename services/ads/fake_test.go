@@ -19,6 +19,7 @@ import (
 type fakeSotW struct {
 	sent    []*discovery.DiscoveryResponse
 	sendErr error // returned by Send when set
+	recvErr error // returned by Recv; io.EOF when unset
 }
 
 func (f *fakeSotW) Send(r *discovery.DiscoveryResponse) error {
@@ -29,7 +30,12 @@ func (f *fakeSotW) Send(r *discovery.DiscoveryResponse) error {
 	return nil
 }
 
-func (f *fakeSotW) Recv() (*discovery.DiscoveryRequest, error) { return nil, io.EOF }
+func (f *fakeSotW) Recv() (*discovery.DiscoveryRequest, error) {
+	if f.recvErr != nil {
+		return nil, f.recvErr
+	}
+	return nil, io.EOF
+}
 
 func (f *fakeSotW) take() []*discovery.DiscoveryResponse {
 	out := f.sent

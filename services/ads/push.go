@@ -65,12 +65,16 @@ func (c *conn) answered(w *watch) error {
 
 // ack records that the client applied the last response of w's type.
 func (c *conn) ack(w *watch, nonce, version string) {
+	nacked := w.nackError != ""
+	w.nackError = "" // whatever the version: the client took the last response
 	if w.ackedVersion == version {
+		if nacked {
+			c.s.updateConn(c)
+		}
 		return
 	}
 	w.ackedVersion = version
 	w.ackedAt = time.Now()
-	w.nackError = ""
 	c.s.record(c, pb.DeliveryRecord_ACK, w.typeURL, version, nonce, nil, 0, "")
 	c.s.updateConn(c)
 }

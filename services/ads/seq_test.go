@@ -2,11 +2,16 @@ package ads
 
 import (
 	"context"
+	"errors"
+	"io"
 	"testing"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	resource "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
+	"github.com/pilotwire/pilotwire/internal/testkit/testutil"
 	"github.com/pilotwire/pilotwire/pkg/model"
 )
 
@@ -52,5 +57,32 @@ func TestReconnectSkipRecordsTheSnapshotSeq(t *testing.T) {
 	}
 	if got := c2.syncedSeq(); got != 1 {
 		t.Errorf("synced seq after the reconnect skip = %d, want 1 (the snapshot's)", got)
+	}
+}
+
+// TestReceiveErrorEndsTheStreamWithItsStatus: a receive that fails for
+// any reason but the client going away ends the stream with that error's
+// status, not OK (issue 11 #12).
+func TestReceiveErrorEndsTheStreamWithItsStatus(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		err  error
+		want codes.Code
+	}{
+		{name: "status", err: status.Error(codes.ResourceExhausted, "message too large"), want: codes.ResourceExhausted},
+		{name: "plain error", err: errors.New("broken"), want: codes.Internal},
+		{name: "client gone", err: io.EOF, want: codes.OK},
+		{name: "canceled", err: status.Error(codes.Canceled, "context canceled"), want: codes.OK},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, _, _, _ := offlineServer(t)
+			ctx, cancel := context.WithTimeout(context.Background(), testutil.DefaultTimeout)
+			defer cancel()
+			c := s.newConn(ctx, "")
+			c.sotw = &fakeSotW{recvErr: tc.err}
+			if got := status.Code(c.run()); got != tc.want {
+				t.Errorf("run() ended with %v, want %v", got, tc.want)
+			}
+		})
 	}
 }

@@ -67,7 +67,7 @@ func (c *conn) handleRequest(req *discovery.DiscoveryRequest) error {
 		mesh := c.s.meshes.Snapshot()
 		if r, err := c.s.build(mesh, c.proxy, w); err == nil && r.version == req.GetVersionInfo() {
 			// Synced at the mesh compared against, not a later one.
-			w.sentVersion, w.ackedVersion, w.genSeq = r.version, r.version, mesh.Seq
+			w.sentVersion, w.ackedVersion, w.genVersion, w.genSeq = r.version, r.version, r.version, mesh.Seq
 			c.s.updateConn(c)
 			return nil
 		}
@@ -87,7 +87,7 @@ func (c *conn) respond(mesh *model.Mesh, w *watch, force bool, pushID uint64) (b
 		return false, nil
 	}
 	w.genSeq = mesh.Seq
-	if !force && full.version == w.sentVersion && !w.forgotten {
+	if !force && full.version == w.genVersion && !w.forgotten {
 		return false, nil
 	}
 	r := full
@@ -95,8 +95,8 @@ func (c *conn) respond(mesh *model.Mesh, w *watch, force bool, pushID uint64) (b
 		changed, any := full.onlyChanged(w.sentRes)
 		if !any {
 			// Only removals: the client keeps what it has, which is
-			// harmless; remember the new state.
-			w.sentVersion = full.version
+			// harmless; remember the new state (nothing was sent).
+			w.genVersion = full.version
 			return false, nil
 		}
 		r = changed
@@ -120,7 +120,7 @@ func (c *conn) respond(mesh *model.Mesh, w *watch, force bool, pushID uint64) (b
 	w.nonce = nonce
 	w.sentAt = time.Now()
 	w.awaiting = true
-	w.sentVersion = r.version
+	w.sentVersion, w.genVersion = r.version, full.version
 	w.alwaysRespond, w.forgotten = false, false
 	var changedClusters []string
 	if w.typeURL == resource.ClusterType {

@@ -46,8 +46,12 @@ type watch struct {
 	nameKey  string   // identifies names among watches; "" until computed
 	// last response
 	nonce       string
-	sentVersion string
-	genSeq      uint64 // model sequence of the last generation, sent or not
+	sentVersion string // version of the last response sent
+	// genVersion is the version of the state last generated and handled:
+	// sent, or found to need no response (removals only); pushes compare
+	// against it
+	genVersion string
+	genSeq     uint64 // model sequence of the last generation, sent or not
 	// state of the world EDS/RDS: version of each resource last sent, to
 	// push only what changed; CDS: to tell which clusters a response changed
 	sentRes map[string]string

@@ -2,6 +2,7 @@ package ads
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -38,6 +39,7 @@ func (c *conn) handleRequest(req *discovery.DiscoveryRequest) error {
 		c.s.metrics.expiredNonce.WithLabelValues(shortType(t)).Inc()
 		return nil
 	}
+	old := w.names
 	if nonce != "" && req.GetErrorDetail() != nil {
 		// The names apply whatever the verdict: a NACK may subscribe to
 		// more (a cluster that would otherwise never get endpoints).
@@ -47,8 +49,7 @@ func (c *conn) handleRequest(req *discovery.DiscoveryRequest) error {
 		if !changed {
 			return c.answered(w)
 		}
-		w.awaiting, w.deferred = false, false // the answer below is the latest state
-		return c.answer(w)
+		return c.answerNames(w, old)
 	}
 	changed := w.setNames(req.GetResourceNames(), !seen || nonce == "")
 	c.subsChanged = c.subsChanged || changed || !seen
@@ -56,6 +57,9 @@ func (c *conn) handleRequest(req *discovery.DiscoveryRequest) error {
 		c.ack(w, nonce, req.GetVersionInfo())
 		if !changed && !w.alwaysRespond {
 			return c.answered(w)
+		}
+		if changed && !w.alwaysRespond {
+			return c.answerNames(w, old)
 		}
 		w.awaiting, w.deferred = false, false // the answer below is the latest state
 	}
@@ -73,6 +77,34 @@ func (c *conn) handleRequest(req *discovery.DiscoveryRequest) error {
 		}
 	}
 	return c.answer(w)
+}
+
+// answerNames answers a change of names on a stream that was answered
+// before. EDS and RDS are named subscriptions the client keeps: names it
+// dropped are forgotten and nothing is sent for them, names it added are
+// sent alone (with anything else that changed meanwhile). Other types get
+// their whole set.
+func (c *conn) answerNames(w *watch, old []string) error {
+	w.awaiting, w.deferred = false, false // the answer below is the latest state
+	if !incrementalSotW(w.typeURL) || w.sentRes == nil || w.wildcard {
+		return c.answer(w)
+	}
+	for n := range w.sentRes {
+		if !slices.Contains(w.names, n) {
+			delete(w.sentRes, n)
+		}
+	}
+	for _, n := range w.names {
+		if !slices.Contains(old, n) {
+			w.forgotten = true // added: not with the client, whatever sentRes says
+			delete(w.sentRes, n)
+		}
+	}
+	if _, err := c.respond(c.s.meshes.Snapshot(), w, false, 0); err != nil {
+		return err
+	}
+	c.s.updateConn(c)
+	return nil
 }
 
 // respond generates the type for the watch and sends it when it differs from

@@ -43,7 +43,7 @@ func (c *conn) handleRequest(req *discovery.DiscoveryRequest) error {
 	if nonce != "" && req.GetErrorDetail() != nil {
 		// The names apply whatever the verdict: a NACK may subscribe to
 		// more (a cluster that would otherwise never get endpoints).
-		changed := w.setNames(req.GetResourceNames(), !seen)
+		changed := w.setNames(req.GetResourceNames())
 		c.subsChanged = c.subsChanged || changed || !seen
 		c.nack(w, nonce, req.GetErrorDetail().GetMessage())
 		if !changed {
@@ -51,7 +51,7 @@ func (c *conn) handleRequest(req *discovery.DiscoveryRequest) error {
 		}
 		return c.answerNames(w, old)
 	}
-	changed := w.setNames(req.GetResourceNames(), !seen || nonce == "")
+	changed := w.setNames(req.GetResourceNames())
 	c.subsChanged = c.subsChanged || changed || !seen
 	if nonce != "" {
 		c.ack(w, nonce, req.GetVersionInfo())

@@ -103,7 +103,7 @@ func (s *Server) fetch(ctx context.Context, req *discovery.DiscoveryRequest, t s
 		return nil, err
 	}
 	w := &watch{typeURL: t}
-	w.setNames(req.GetResourceNames(), true)
+	w.setNames(req.GetResourceNames())
 	r, err := s.build(s.store.Snapshot(), p, w)
 	if err != nil {
 		return nil, status.Errorf(codes.Internal, "generate %s: %v", shortType(t), err)

@@ -21,6 +21,26 @@ func seedRequests() [][]byte {
 		&discovery.DiscoveryRequest{TypeUrl: "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret"},
 		&discovery.DiscoveryRequest{Node: &core.Node{Id: "bogus~~~"}, TypeUrl: resource.RouteType},
 	}
+	// Sequences of issue 11's defects; the connection's nonces are fe-1-1,
+	// fe-1-2, ... (frontend "fe", first connection).
+	const ca, cb = "outbound|80||a.default.svc.cluster.local", "outbound|80||b.default.svc.cluster.local"
+	reqs = append(reqs,
+		// #1: EDS, then CDS, then EDS again looking like an ACK.
+		&discovery.DiscoveryRequest{Node: node, TypeUrl: resource.EndpointType, ResourceNames: []string{ca}, VersionInfo: "old"},
+		&discovery.DiscoveryRequest{Node: node, TypeUrl: resource.ClusterType, VersionInfo: "old"},
+		&discovery.DiscoveryRequest{Node: node, TypeUrl: resource.EndpointType, ResourceNames: []string{ca}, ResponseNonce: "fe-1-1"},
+		// #6: a NACK that adds a name.
+		&discovery.DiscoveryRequest{Node: node, TypeUrl: resource.EndpointType, ResourceNames: []string{ca, cb}, ResponseNonce: "fe-1-1",
+			ErrorDetail: &rpcstatus.Status{Code: 3, Message: "nack"}},
+		// #8: named LDS, then no names and no nonce.
+		&discovery.DiscoveryRequest{Node: node, TypeUrl: resource.ListenerType, ResourceNames: []string{"a.default.svc.cluster.local:80"}},
+		&discovery.DiscoveryRequest{Node: node, TypeUrl: resource.ListenerType},
+		// #10: an unsubscribe.
+		&discovery.DiscoveryRequest{Node: node, TypeUrl: resource.EndpointType, ResourceNames: []string{cb}, ResponseNonce: "fe-1-2"},
+		// #11: a first request with a foreign nonce and an error.
+		&discovery.DiscoveryRequest{Node: node, TypeUrl: resource.EndpointType, ResponseNonce: "fe-9-3",
+			ErrorDetail: &rpcstatus.Status{Code: 3, Message: "old stream"}},
+	)
 	var out [][]byte
 	for _, r := range reqs {
 		b, _ := proto.Marshal(r)
@@ -38,7 +58,9 @@ func FuzzSotWRequests(f *testing.F) {
 		f.Add(seeds[i], seeds[(i+1)%len(seeds)])
 	}
 	f.Fuzz(func(t *testing.T, a, b []byte) {
-		s, _, _, _ := offlineServer(t)
+		s, store, _, _ := offlineServer(t)
+		applyService(t, store, 1, "default", "a", 80)
+		applyService(t, store, 2, "default", "b", 80)
 		st := &fakeSotW{}
 		c := s.newConn(context.Background(), "")
 		c.sotw = st
@@ -68,6 +90,11 @@ func FuzzDeltaRequests(f *testing.F) {
 		{Node: node, TypeUrl: resource.ClusterType},
 		{Node: node, TypeUrl: resource.EndpointType, ResourceNamesSubscribe: []string{"x", "*"}, ResourceNamesUnsubscribe: []string{"x"}},
 		{Node: node, TypeUrl: resource.ListenerType, InitialResourceVersions: map[string]string{"a": "1"}, ResponseNonce: "n"},
+		// Issue 11: #3 wildcard with a missing name, #7 a re-subscribe (the
+		// request runs twice), #4 subscribe and unsubscribe at once.
+		{Node: node, TypeUrl: resource.ClusterType, ResourceNamesSubscribe: []string{"*", "missing"}},
+		{Node: node, TypeUrl: resource.EndpointType, ResourceNamesSubscribe: []string{"outbound|80||a.default.svc.cluster.local"}},
+		{Node: node, TypeUrl: resource.EndpointType, ResourceNamesSubscribe: []string{"a", "b", "c"}, ResourceNamesUnsubscribe: []string{"a"}, ResponseNonce: "fe-1-1"},
 	} {
 		b, _ := proto.Marshal(r)
 		f.Add(b)
@@ -77,7 +104,8 @@ func FuzzDeltaRequests(f *testing.F) {
 		if proto.Unmarshal(data, req) != nil {
 			return
 		}
-		s, _, _, _ := offlineServer(t)
+		s, store, _, _ := offlineServer(t)
+		applyService(t, store, 1, "default", "a", 80)
 		st := &fakeDelta{}
 		c := s.newConn(context.Background(), "")
 		c.delta = st

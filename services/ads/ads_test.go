@@ -10,16 +10,13 @@ import (
 	"time"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	resource "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
-	"github.com/google/go-cmp/cmp"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
-	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -240,70 +237,6 @@ func TestUnknownGeneratorRejected(t *testing.T) {
 	}
 }
 
-// TestProtocol walks one stream through subscribe, ACK, stale nonce, NACK,
-// push, and unsubscribe.
-func TestProtocol(t *testing.T) {
-	f := startFrontend(t, func(f *frontend) {
-		f.publish(t, pb.Op_OP_ADD, "", "Service", service("default", "a", 80))
-		f.publish(t, pb.Op_OP_ADD, "discovery.k8s.io", "EndpointSlice", slice("default", "a", 8080, "10.1.0.1"))
-	})
-	ctx, cancel := context.WithTimeout(context.Background(), testutil.DefaultTimeout)
-	defer cancel()
-	c := dial(ctx, t, f.addr, sidecar())
-	const cl = "outbound|80||a.default.svc.cluster.local"
-
-	c.send(&discovery.DiscoveryRequest{TypeUrl: resource.ClusterType})
-	cds := c.recv()
-	if diff := cmp.Diff([]string{cl}, names(cds)); diff != "" {
-		t.Fatalf("CDS (-want +got):\n%s", diff)
-	}
-	c.send(&discovery.DiscoveryRequest{TypeUrl: resource.ClusterType, VersionInfo: cds.VersionInfo, ResponseNonce: cds.Nonce})
-
-	c.send(&discovery.DiscoveryRequest{TypeUrl: resource.EndpointType, ResourceNames: []string{cl}})
-	eds := c.recv()
-	if eds.GetTypeUrl() != resource.EndpointType || !cmp.Equal(names(eds), []string{cl}) {
-		t.Fatalf("EDS response = %s %v", eds.GetTypeUrl(), names(eds))
-	}
-	c.send(&discovery.DiscoveryRequest{TypeUrl: resource.EndpointType, VersionInfo: eds.VersionInfo, ResponseNonce: eds.Nonce, ResourceNames: []string{cl}})
-
-	// A request carrying a stale nonce is ignored: no answer comes for it,
-	// and the next thing on the stream is the answer to the request after.
-	c.send(&discovery.DiscoveryRequest{TypeUrl: resource.EndpointType, ResponseNonce: "stale", ResourceNames: []string{cl, "outbound|81||x"}})
-	c.send(&discovery.DiscoveryRequest{TypeUrl: resource.ListenerType})
-	lds := c.recv()
-	if lds.GetTypeUrl() != resource.ListenerType {
-		t.Fatalf("after a stale request got %s, want the LDS answer", lds.GetTypeUrl())
-	}
-	c.send(&discovery.DiscoveryRequest{TypeUrl: resource.ListenerType, VersionInfo: lds.VersionInfo, ResponseNonce: lds.Nonce})
-
-	// The model changes; with no pusher running, nothing is pushed, but the
-	// next answer reflects it.
-	seq := f.publish(t, pb.Op_OP_UPDATE, "discovery.k8s.io", "EndpointSlice", slice("default", "a", 8080, "10.1.0.2"))
-	// NACK the last EDS: recorded and counted, not answered.
-	c.send(&discovery.DiscoveryRequest{TypeUrl: resource.EndpointType, VersionInfo: "", ResponseNonce: eds.Nonce, ResourceNames: []string{cl},
-		ErrorDetail: &rpcstatus.Status{Code: int32(codes.InvalidArgument), Message: "bad"}})
-	f.waitApplied(t, seq)
-	// Unsubscribe EDS (empty names), then subscribe again: the answer is
-	// sent at once and reflects the model.
-	c.send(&discovery.DiscoveryRequest{TypeUrl: resource.EndpointType, VersionInfo: eds.VersionInfo, ResponseNonce: eds.Nonce})
-	empty := c.recv()
-	if empty.GetTypeUrl() != resource.EndpointType || len(empty.GetResources()) != 0 {
-		t.Fatalf("after unsubscribing got %s with %d resources, want an empty EDS", empty.GetTypeUrl(), len(empty.GetResources()))
-	}
-	c.send(&discovery.DiscoveryRequest{TypeUrl: resource.EndpointType, VersionInfo: empty.VersionInfo, ResponseNonce: empty.Nonce, ResourceNames: []string{cl}})
-	again := c.recv()
-	cla := &endpoint.ClusterLoadAssignment{}
-	if err := again.GetResources()[0].UnmarshalTo(cla); err != nil {
-		t.Fatal(err)
-	}
-	if got := cla.GetEndpoints()[0].GetLbEndpoints()[0].GetEndpoint().GetAddress().GetSocketAddress().GetAddress(); got != "10.1.0.2" {
-		t.Errorf("re-subscribed EDS has %s, want 10.1.0.2", got)
-	}
-	if rejects := f.gauge("pilot_total_xds_rejects"); rejects != 1 {
-		t.Errorf("pilot_total_xds_rejects = %v, want 1", rejects)
-	}
-}
-
 // waitApplied polls the frontend's applied-sequence gauge until it reaches seq.
 func (f *frontend) waitApplied(t testing.TB, seq uint64) {
 	t.Helper()
@@ -311,22 +244,3 @@ func (f *frontend) waitApplied(t testing.TB, seq uint64) {
 }
 
 func (f *frontend) gauge(name string) float64 { return testutil.Metric(f.reg, name) }
-
-// endpointsOf decodes the endpoints of each load assignment in r.
-func endpointsOf(t testing.TB, r *discovery.DiscoveryResponse) map[string][]string {
-	t.Helper()
-	out := map[string][]string{}
-	for _, a := range r.GetResources() {
-		cla := &endpoint.ClusterLoadAssignment{}
-		if err := a.UnmarshalTo(cla); err != nil {
-			t.Fatal(err)
-		}
-		for _, l := range cla.GetEndpoints() {
-			for _, e := range l.GetLbEndpoints() {
-				sa := e.GetEndpoint().GetAddress().GetSocketAddress()
-				out[cla.GetClusterName()] = append(out[cla.GetClusterName()], fmt.Sprintf("%s:%d", sa.GetAddress(), sa.GetPortValue()))
-			}
-		}
-	}
-	return out
-}

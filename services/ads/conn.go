@@ -3,10 +3,8 @@ package ads
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,15 +16,53 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/pilotwire/pilotwire/pkg/model"
 	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
 )
 
-type sotwStream = grpc.BidiStreamingServer[discovery.DiscoveryRequest, discovery.DiscoveryResponse]
+// sotwStream is the state-of-the-world stream a connection serves: requests
+// in, responses out. The gRPC server stream is one; the script tests drive
+// the connection through a fake with no gRPC.
+type sotwStream interface {
+	Send(*discovery.DiscoveryResponse) error
+	Recv() (*discovery.DiscoveryRequest, error)
+}
 
-type deltaStream = grpc.BidiStreamingServer[discovery.DeltaDiscoveryRequest, discovery.DeltaDiscoveryResponse]
+// deltaStream is the same for an incremental stream.
+type deltaStream interface {
+	Send(*discovery.DeltaDiscoveryResponse) error
+	Recv() (*discovery.DeltaDiscoveryRequest, error)
+}
+
+// The gRPC streams of the ADS and per-type services.
+type (
+	grpcSotW  = grpc.BidiStreamingServer[discovery.DiscoveryRequest, discovery.DiscoveryResponse]
+	grpcDelta = grpc.BidiStreamingServer[discovery.DeltaDiscoveryRequest, discovery.DeltaDiscoveryResponse]
+)
+
+var (
+	_ sotwStream  = (*grpc.GenericServerStream[discovery.DiscoveryRequest, discovery.DiscoveryResponse])(nil)
+	_ deltaStream = (*grpc.GenericServerStream[discovery.DeltaDiscoveryRequest, discovery.DeltaDiscoveryResponse])(nil)
+)
+
+// meshSource is the model a connection generates from: *model.Store in
+// production; the script tests drive a store of their own.
+type meshSource interface {
+	// Snapshot is the mesh as applied so far; immutable.
+	Snapshot() *model.Mesh
+}
+
+// pushReporter is told how each push order ended: the order router, which
+// answers the pusher, in production; a recorder in the script tests.
+type pushReporter interface {
+	done(o orderRef, res pb.PushDone_Result, synced uint64, errText string)
+}
+
+var (
+	_ meshSource   = (*model.Store)(nil)
+	_ pushReporter = (*orderRouter)(nil)
+)
 
 // orderRef is a push order waiting for a connection's loop, with the subject
 // its completion goes to.
@@ -168,7 +204,10 @@ func (c *conn) run() error {
 				return nil
 			}
 			c.log.Debug("receive ended", "err", err)
-			return nil
+			if _, ok := status.FromError(err); ok {
+				return err
+			}
+			return status.Error(codes.Internal, "receive: "+err.Error())
 		case <-c.s.drainCh:
 			return status.Error(codes.Unavailable, "frontend draining: reconnect to another frontend")
 		case <-ctx.Done():
@@ -179,7 +218,7 @@ func (c *conn) run() error {
 
 func (c *conn) finish() {
 	for _, o := range c.close() {
-		c.s.orders.done(o, pb.PushDone_CONN_GONE, 0, "")
+		c.s.reports.done(o, pb.PushDone_CONN_GONE, 0, "")
 	}
 	if c.proxy != nil {
 		c.s.metrics.connections.WithLabelValues(c.proxy.Version).Dec()
@@ -237,301 +276,4 @@ func (c *conn) requestType(t string) (string, error) {
 		return "", nil
 	}
 	return t, nil
-}
-
-// handleRequest applies one state-of-the-world request. Only a protocol
-// violation ends the stream; the error is a gRPC status.
-func (c *conn) handleRequest(req *discovery.DiscoveryRequest) error {
-	if err := c.open(req.GetNode()); err != nil {
-		return err
-	}
-	t, err := c.requestType(req.GetTypeUrl())
-	if t == "" || err != nil {
-		return err
-	}
-	w, seen := c.watches[t]
-	if !seen {
-		w = &watch{typeURL: t}
-		c.watches[t] = w
-	}
-	nonce := req.GetResponseNonce()
-	if seen && nonce != "" && nonce != w.nonce {
-		// An answer to an older response: the newer one is in flight.
-		c.s.metrics.expiredNonce.WithLabelValues(shortType(t)).Inc()
-		return nil
-	}
-	if nonce != "" && req.GetErrorDetail() != nil {
-		c.nack(w, nonce, req.GetErrorDetail().GetMessage())
-		return c.answered(w)
-	}
-	changed := w.setNames(req.GetResourceNames(), !seen || nonce == "")
-	c.subsChanged = c.subsChanged || changed || !seen
-	if nonce != "" {
-		c.ack(w, nonce, req.GetVersionInfo())
-		if !changed {
-			return c.answered(w)
-		}
-		w.awaiting, w.deferred = false, false // the answer below is the latest state
-	}
-	// A new subscription, a reconnect, or changed names: answer now from the
-	// model as it is. A reconnecting client that already has the current
-	// version is sent nothing (go-control-plane and Envoy agree on this).
-	if nonce == "" && req.GetVersionInfo() != "" {
-		if r, err := c.s.build(c.s.store.Snapshot(), c.proxy, w); err == nil && r.version == req.GetVersionInfo() {
-			w.sentVersion, w.ackedVersion, w.genSeq = r.version, r.version, c.s.store.AppliedSeq()
-			c.s.updateConn(c)
-			return nil
-		}
-	}
-	return c.answer(w)
-}
-
-// answer responds to a request at once from the model as it is.
-func (c *conn) answer(w *watch) error {
-	mesh := c.s.store.Snapshot()
-	var err error
-	if c.delta != nil {
-		_, err = c.respondDelta(mesh, w, true, 0)
-	} else {
-		_, err = c.respond(mesh, w, true, 0)
-	}
-	if err != nil {
-		return err
-	}
-	c.s.updateConn(c)
-	return nil
-}
-
-// push brings one watch up to date after a change. While the client has not
-// answered the last response of the type, the push is deferred: the answer
-// sends the latest state (see flush).
-func (c *conn) push(mesh *model.Mesh, w *watch, pushID uint64) (bool, error) {
-	if w.awaiting {
-		w.deferred = true
-		c.s.metrics.deferred.WithLabelValues(shortType(w.typeURL)).Inc()
-		return false, nil
-	}
-	start := time.Now()
-	var sent bool
-	var err error
-	if c.delta != nil {
-		sent, err = c.respondDelta(mesh, w, false, pushID)
-	} else {
-		sent, err = c.respond(mesh, w, false, pushID)
-	}
-	if sent {
-		c.s.metrics.pushTime.WithLabelValues(shortType(w.typeURL)).Observe(time.Since(start).Seconds())
-	}
-	return sent, err
-}
-
-// answered notes the client's ACK or NACK of the last response and sends a
-// deferred push.
-func (c *conn) answered(w *watch) error {
-	w.awaiting = false
-	if !w.deferred {
-		return nil
-	}
-	w.deferred = false
-	sent, err := c.push(c.s.store.Snapshot(), w, 0)
-	if sent {
-		c.s.updateConn(c)
-	}
-	return err
-}
-
-// ack records that the client applied the last response of w's type.
-func (c *conn) ack(w *watch, nonce, version string) {
-	if w.ackedVersion == version {
-		return
-	}
-	w.ackedVersion = version
-	w.ackedAt = time.Now()
-	w.nackError = ""
-	c.s.record(c, pb.DeliveryRecord_ACK, w.typeURL, version, nonce, nil, 0, "")
-	c.s.updateConn(c)
-}
-
-// nack records and counts a rejection. It is never answered with the same
-// config; the next change is sent as usual.
-func (c *conn) nack(w *watch, nonce, msg string) {
-	w.nackError = msg
-	c.s.metrics.rejects.WithLabelValues(shortType(w.typeURL)).Inc()
-	c.log.Warn("config rejected", "type", shortType(w.typeURL), "version", w.sentVersion, "nonce", nonce, "err", msg)
-	c.s.record(c, pb.DeliveryRecord_NACK, w.typeURL, w.sentVersion, nonce, nil, 0, msg)
-	c.s.updateConn(c)
-}
-
-// handleOrders brings every watched type up to date with the model (which
-// has applied every order's through_seq: the dispatcher waited for it) and
-// reports each order done.
-func (c *conn) handleOrders(orders []orderRef) error {
-	if len(orders) == 0 {
-		return nil
-	}
-	mesh := c.s.store.Snapshot()
-	var pushID uint64
-	for _, o := range orders {
-		pushID = max(pushID, o.order.GetPushId())
-	}
-	sent := false
-	var sendErr error
-	for _, t := range pushOrder {
-		w, ok := c.watches[t]
-		if !ok {
-			continue
-		}
-		did, err := c.push(mesh, w, pushID)
-		if err != nil {
-			sendErr = err
-			break
-		}
-		sent = sent || did
-	}
-	if sent {
-		var start time.Time
-		for _, o := range orders {
-			if st := o.order.GetStart(); st != nil && (start.IsZero() || st.AsTime().Before(start)) {
-				start = st.AsTime()
-			}
-		}
-		if !start.IsZero() {
-			c.s.metrics.convergence.Observe(time.Since(start).Seconds())
-		}
-	}
-	res := pb.PushDone_UNCHANGED
-	errText := ""
-	switch {
-	case sendErr != nil:
-		res = pb.PushDone_FAILED
-		errText = sendErr.Error()
-	case sent:
-		res = pb.PushDone_SENT
-	}
-	synced := c.syncedSeq()
-	for _, o := range orders {
-		c.s.orders.done(o, res, synced, errText)
-	}
-	if sent {
-		c.s.updateConn(c)
-	}
-	return sendErr
-}
-
-// respond generates the type for the watch and sends it when it differs from
-// what was last sent, or always when force (an answer to a request). A push
-// of EDS or RDS carries only the resources that changed, as Istio's
-// incremental EDS does; everything else carries the whole watched set. It
-// reports whether it sent.
-func (c *conn) respond(mesh *model.Mesh, w *watch, force bool, pushID uint64) (bool, error) {
-	full, err := c.s.build(mesh, c.proxy, w)
-	if err != nil {
-		c.generateFailed(w, mesh, err)
-		return false, nil
-	}
-	w.genSeq = mesh.Seq
-	if !force && full.version == w.sentVersion {
-		return false, nil
-	}
-	r := full
-	if !force && incrementalSotW(w.typeURL) && w.sentRes != nil {
-		changed, any := full.onlyChanged(w.sentRes)
-		if !any {
-			// Only removals: the client keeps what it has, which is
-			// harmless; remember the new state.
-			w.sentVersion = full.version
-			return false, nil
-		}
-		r = changed
-	}
-	c.nonceSeq++
-	nonce := c.id + "-" + strconv.FormatUint(c.nonceSeq, 36)
-	resp := &discovery.DiscoveryResponse{
-		VersionInfo: r.version,
-		Resources:   r.resources,
-		TypeUrl:     w.typeURL,
-		Nonce:       nonce,
-	}
-	sendStart := time.Now()
-	err = c.sotw.Send(resp)
-	c.s.metrics.sendTime.Observe(time.Since(sendStart).Seconds())
-	c.s.metrics.configSize.WithLabelValues(shortType(w.typeURL)).Observe(float64(r.bytes))
-	if err != nil {
-		c.s.metrics.sendErrors.WithLabelValues(shortType(w.typeURL)).Inc()
-		return false, fmt.Errorf("send %s to %s: %w", shortType(w.typeURL), c.proxy.ID, err)
-	}
-	w.nonce = nonce
-	w.sentAt = time.Now()
-	w.awaiting = true
-	w.sentVersion = r.version
-	if incrementalSotW(w.typeURL) {
-		if r == full || w.sentRes == nil {
-			w.sentRes = make(map[string]string, len(full.names))
-		}
-		for i, n := range r.names {
-			w.sentRes[n] = r.versions[i]
-		}
-	}
-	c.s.metrics.pushes.WithLabelValues(shortType(w.typeURL)).Inc()
-	c.s.metrics.responseBytes.WithLabelValues(shortType(w.typeURL)).Add(float64(r.bytes))
-	c.s.record(c, pb.DeliveryRecord_RESPONSE, w.typeURL, r.version, nonce, r.names, pushID, "")
-	c.log.Debug("sent", "type", shortType(w.typeURL), "version", r.version, "resources", len(r.resources), "seq", mesh.Seq)
-	return true, nil
-}
-
-// timestamp is t as a proto timestamp, nil when unset.
-func timestamp(t time.Time) *timestamppb.Timestamp {
-	if t.IsZero() {
-		return nil
-	}
-	return timestamppb.New(t)
-}
-
-// syncedSeq is the change-stream sequence every watched type reflects: the
-// oldest model any of them was last generated from.
-func (c *conn) syncedSeq() uint64 {
-	var seq uint64
-	first := true
-	for _, w := range c.watches {
-		if first || w.genSeq < seq {
-			seq = w.genSeq
-			first = false
-		}
-	}
-	return seq
-}
-
-// info is the connection as the registry shows it.
-func (c *conn) info() *pb.ConnectionInfo {
-	ci := &pb.ConnectionInfo{
-		ConnId:      c.id,
-		Frontend:    c.s.id,
-		NodeId:      c.proxy.ID,
-		Namespace:   c.proxy.Namespace,
-		ClusterId:   c.proxy.ClusterID,
-		ProxyType:   c.proxy.Type,
-		Generator:   c.proxy.Generator,
-		SyncedSeq:   c.syncedSeq(),
-		ConnectedAt: timestamppb.New(c.connected),
-		Peer:        c.peer,
-		Delta:       c.delta != nil,
-	}
-	for _, t := range pushOrder {
-		w, ok := c.watches[t]
-		if !ok {
-			continue
-		}
-		ci.Watches = append(ci.Watches, &pb.Watch{
-			TypeUrl:      t,
-			Wildcard:     w.wildcard,
-			Names:        w.names,
-			AckedVersion: w.ackedVersion,
-			SentVersion:  w.sentVersion,
-			NackError:    w.nackError,
-			Nonce:        w.nonce,
-			SentAt:       timestamp(w.sentAt),
-			AckedAt:      timestamp(w.ackedAt),
-		})
-	}
-	return ci
 }

@@ -2,11 +2,13 @@ package ads
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"time"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	resource "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 
 	"github.com/pilotwire/pilotwire/pkg/model"
 	"github.com/pilotwire/pilotwire/pkg/xdsgen"
@@ -48,9 +50,9 @@ func (c *conn) handleDelta(req *discovery.DeltaDiscoveryRequest) error {
 			w.awaiting = false
 		}
 	}
-	changed := w.applyDelta(req.GetResourceNamesSubscribe(), req.GetResourceNamesUnsubscribe(), !seen)
+	changed, resend := w.applyDelta(req.GetResourceNamesSubscribe(), req.GetResourceNamesUnsubscribe(), !seen)
 	c.subsChanged = c.subsChanged || changed || !seen
-	if !changed && seen {
+	if !changed && !resend && seen && !w.alwaysRespond {
 		if !w.awaiting && w.deferred {
 			w.awaiting = true // answered() clears it and sends the deferred push
 			return c.answered(w)
@@ -62,9 +64,9 @@ func (c *conn) handleDelta(req *discovery.DeltaDiscoveryRequest) error {
 }
 
 // applyDelta applies subscribe and unsubscribe lists and reports whether
-// the subscription changed.
-func (w *watch) applyDelta(sub, unsub []string, first bool) bool {
-	changed := false
+// the subscription changed, and whether a resource the client was believed
+// to have must be sent again.
+func (w *watch) applyDelta(sub, unsub []string, first bool) (changed, resend bool) {
 	if first && len(sub) == 0 && wildcardDefault(w.typeURL) {
 		w.wildcard, changed = true, true
 	}
@@ -77,6 +79,15 @@ func (w *watch) applyDelta(sub, unsub []string, first bool) bool {
 		if !w.subscribed[n] {
 			w.subscribed[n] = true
 			changed = true
+		}
+		if !first {
+			// A subscribe asks for the resource whatever the server believes
+			// the client has (initial_resource_versions on the first request
+			// say what it has).
+			if _, had := w.known[n]; had {
+				delete(w.known, n)
+				resend = true
+			}
 		}
 	}
 	for _, n := range unsub {
@@ -93,14 +104,11 @@ func (w *watch) applyDelta(sub, unsub []string, first bool) bool {
 		delete(w.known, n)
 	}
 	if changed {
-		w.names = w.names[:0]
-		for n := range w.subscribed {
-			w.names = append(w.names, n)
-		}
-		slices.Sort(w.names)
+		// A new slice: the published ConnectionInfo may share the old one.
+		w.names = slices.Sorted(maps.Keys(w.subscribed))
 		w.nameKey = ""
 	}
-	return changed
+	return changed, resend
 }
 
 // respondDelta sends the resources whose version differs from what the
@@ -115,7 +123,8 @@ func (c *conn) respondDelta(mesh *model.Mesh, w *watch, force bool, pushID uint6
 	w.genSeq = mesh.Seq
 	var want []*xdsgen.Resource
 	if w.wildcard {
-		want = set.Resources
+		// set.Resources is shared by every connection: append to a copy.
+		want = slices.Clip(set.Resources)
 		for _, n := range w.names {
 			if set.Get(n) == nil {
 				want = append(want, &xdsgen.Resource{Name: n}) // subscribed, missing
@@ -161,7 +170,7 @@ func (c *conn) respondDelta(mesh *model.Mesh, w *watch, force bool, pushID uint6
 	slices.Sort(removed)
 	version := xdsgen.VersionOf(present)
 	if len(send) == 0 && len(removed) == 0 && !force {
-		w.sentVersion = version
+		w.genVersion = version // nothing sent: sentVersion stays what was
 		return false, nil
 	}
 	c.nonceSeq++
@@ -198,7 +207,11 @@ func (c *conn) respondDelta(mesh *model.Mesh, w *watch, force bool, pushID uint6
 	w.nonce = nonce
 	w.sentAt = time.Now()
 	w.awaiting = true
-	w.sentVersion = version
+	w.sentVersion, w.genVersion = version, version
+	w.alwaysRespond = false
+	if w.typeURL == resource.ClusterType {
+		c.clustersSent(names)
+	}
 	c.s.metrics.pushes.WithLabelValues(shortType(w.typeURL)).Inc()
 	c.s.metrics.responseBytes.WithLabelValues(shortType(w.typeURL)).Add(float64(bytes))
 	c.s.record(c, pb.DeliveryRecord_RESPONSE, w.typeURL, version, nonce, names, pushID, "")

@@ -2,51 +2,14 @@ package ads
 
 import (
 	"context"
-	"log/slog"
 	"testing"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	resource "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
-	"github.com/prometheus/client_golang/prometheus"
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
-	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
-
-	"github.com/pilotwire/pilotwire/pkg/model"
-	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
 )
-
-// fakeStream records what a connection sends; it is never read from.
-type fakeStream[Req, Resp any] struct {
-	grpc.ServerStream
-	ctx  context.Context
-	sent []*Resp
-}
-
-func (f *fakeStream[Req, Resp]) Context() context.Context { return f.ctx }
-func (f *fakeStream[Req, Resp]) Send(r *Resp) error       { f.sent = append(f.sent, r); return nil }
-func (f *fakeStream[Req, Resp]) Recv() (*Req, error)      { select {} }
-
-// offlineServer is a Server with a model and no NATS, for driving a
-// connection's request handling directly.
-func offlineServer(t testing.TB) *Server {
-	t.Helper()
-	store := model.NewStore()
-	return &Server{
-		id:      "fuzz",
-		store:   store,
-		log:     slog.New(slog.DiscardHandler),
-		metrics: newMetrics(prometheus.NewRegistry()),
-		drainCh: make(chan struct{}),
-		conns:   make(map[string]*conn),
-		registry: &registry{
-			fe:     &pb.FrontendInfo{Id: "fuzz"},
-			notify: make(chan struct{}, 1),
-			dirty:  make(map[string]*pb.ConnectionInfo),
-		},
-	}
-}
 
 func seedRequests() [][]byte {
 	node := &core.Node{Id: "sidecar~10.0.0.1~a-0.default~default.svc.cluster.local"}
@@ -58,6 +21,26 @@ func seedRequests() [][]byte {
 		&discovery.DiscoveryRequest{TypeUrl: "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret"},
 		&discovery.DiscoveryRequest{Node: &core.Node{Id: "bogus~~~"}, TypeUrl: resource.RouteType},
 	}
+	// Sequences of issue 11's defects; the connection's nonces are fe-1-1,
+	// fe-1-2, ... (frontend "fe", first connection).
+	const ca, cb = "outbound|80||a.default.svc.cluster.local", "outbound|80||b.default.svc.cluster.local"
+	reqs = append(reqs,
+		// #1: EDS, then CDS, then EDS again looking like an ACK.
+		&discovery.DiscoveryRequest{Node: node, TypeUrl: resource.EndpointType, ResourceNames: []string{ca}, VersionInfo: "old"},
+		&discovery.DiscoveryRequest{Node: node, TypeUrl: resource.ClusterType, VersionInfo: "old"},
+		&discovery.DiscoveryRequest{Node: node, TypeUrl: resource.EndpointType, ResourceNames: []string{ca}, ResponseNonce: "fe-1-1"},
+		// #6: a NACK that adds a name.
+		&discovery.DiscoveryRequest{Node: node, TypeUrl: resource.EndpointType, ResourceNames: []string{ca, cb}, ResponseNonce: "fe-1-1",
+			ErrorDetail: &rpcstatus.Status{Code: 3, Message: "nack"}},
+		// #8: named LDS, then no names and no nonce.
+		&discovery.DiscoveryRequest{Node: node, TypeUrl: resource.ListenerType, ResourceNames: []string{"a.default.svc.cluster.local:80"}},
+		&discovery.DiscoveryRequest{Node: node, TypeUrl: resource.ListenerType},
+		// #10: an unsubscribe.
+		&discovery.DiscoveryRequest{Node: node, TypeUrl: resource.EndpointType, ResourceNames: []string{cb}, ResponseNonce: "fe-1-2"},
+		// #11: a first request with a foreign nonce and an error.
+		&discovery.DiscoveryRequest{Node: node, TypeUrl: resource.EndpointType, ResponseNonce: "fe-9-3",
+			ErrorDetail: &rpcstatus.Status{Code: 3, Message: "old stream"}},
+	)
 	var out [][]byte
 	for _, r := range reqs {
 		b, _ := proto.Marshal(r)
@@ -75,9 +58,11 @@ func FuzzSotWRequests(f *testing.F) {
 		f.Add(seeds[i], seeds[(i+1)%len(seeds)])
 	}
 	f.Fuzz(func(t *testing.T, a, b []byte) {
-		s := offlineServer(t)
-		st := &fakeStream[discovery.DiscoveryRequest, discovery.DiscoveryResponse]{ctx: context.Background()}
-		c := s.newConn(st.ctx, "")
+		s, store, _, _ := offlineServer(t)
+		applyService(t, store, 1, "default", "a", 80)
+		applyService(t, store, 2, "default", "b", 80)
+		st := &fakeSotW{}
+		c := s.newConn(context.Background(), "")
 		c.sotw = st
 		requested := map[string]bool{}
 		for _, data := range [][]byte{a, b, a} {
@@ -105,6 +90,11 @@ func FuzzDeltaRequests(f *testing.F) {
 		{Node: node, TypeUrl: resource.ClusterType},
 		{Node: node, TypeUrl: resource.EndpointType, ResourceNamesSubscribe: []string{"x", "*"}, ResourceNamesUnsubscribe: []string{"x"}},
 		{Node: node, TypeUrl: resource.ListenerType, InitialResourceVersions: map[string]string{"a": "1"}, ResponseNonce: "n"},
+		// Issue 11: #3 wildcard with a missing name, #7 a re-subscribe (the
+		// request runs twice), #4 subscribe and unsubscribe at once.
+		{Node: node, TypeUrl: resource.ClusterType, ResourceNamesSubscribe: []string{"*", "missing"}},
+		{Node: node, TypeUrl: resource.EndpointType, ResourceNamesSubscribe: []string{"outbound|80||a.default.svc.cluster.local"}},
+		{Node: node, TypeUrl: resource.EndpointType, ResourceNamesSubscribe: []string{"a", "b", "c"}, ResourceNamesUnsubscribe: []string{"a"}, ResponseNonce: "fe-1-1"},
 	} {
 		b, _ := proto.Marshal(r)
 		f.Add(b)
@@ -114,9 +104,10 @@ func FuzzDeltaRequests(f *testing.F) {
 		if proto.Unmarshal(data, req) != nil {
 			return
 		}
-		s := offlineServer(t)
-		st := &fakeStream[discovery.DeltaDiscoveryRequest, discovery.DeltaDiscoveryResponse]{ctx: context.Background()}
-		c := s.newConn(st.ctx, "")
+		s, store, _, _ := offlineServer(t)
+		applyService(t, store, 1, "default", "a", 80)
+		st := &fakeDelta{}
+		c := s.newConn(context.Background(), "")
 		c.delta = st
 		for range 2 {
 			if err := c.handleDelta(req); err != nil {

@@ -36,6 +36,18 @@ func (r *response) onlyChanged(sent map[string]string) (*response, bool) {
 	return out, len(out.names) > 0
 }
 
+// changedFrom lists the resources of r whose version differs from sent
+// (name -> version), new ones included.
+func (r *response) changedFrom(sent map[string]string) []string {
+	var out []string
+	for i, n := range r.names {
+		if v, ok := sent[n]; !ok || v != r.versions[i] {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
 // incrementalSotW reports whether a state-of-the-world response of the type
 // may carry only changed resources: for EDS and RDS, resources missing from
 // a response are kept by the client (xDS protocol); CDS and LDS responses

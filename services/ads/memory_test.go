@@ -19,7 +19,7 @@ type bareADS struct {
 	discovery.UnimplementedAggregatedDiscoveryServiceServer
 }
 
-func (bareADS) StreamAggregatedResources(s sotwStream) error {
+func (bareADS) StreamAggregatedResources(s grpcSotW) error {
 	for {
 		if _, err := s.Recv(); err != nil {
 			return nil
@@ -60,7 +60,7 @@ type countingADS struct {
 	got chan struct{}
 }
 
-func (c countingADS) StreamAggregatedResources(s sotwStream) error {
+func (c countingADS) StreamAggregatedResources(s grpcSotW) error {
 	for {
 		if _, err := s.Recv(); err != nil {
 			return nil

@@ -96,6 +96,7 @@ func Run(ctx context.Context, cfg Config, d svc.Deps) error {
 	s := &Server{
 		id:      cfg.FrontendID,
 		store:   store,
+		meshes:  store,
 		log:     log,
 		metrics: m,
 		drainCh: make(chan struct{}),
@@ -108,6 +109,7 @@ func Run(ctx context.Context, cfg Config, d svc.Deps) error {
 		s.recorder = &recorder{js: d.JS, names: names, log: log, metrics: m, maxPending: 4096}
 	}
 	s.orders = newOrderRouter(d.NC, s, gate, log)
+	s.reports = s.orders
 	d.Reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "pilotwire_ads_order_batches_queued", Help: "Push order batches received and not yet dispatched to connections.",
 	}, func() float64 { return float64(len(s.orders.batches)) }))

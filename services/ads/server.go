@@ -20,10 +20,12 @@ type Server struct {
 
 	// set at construction
 	id        string
-	store     *model.Store
+	store     *model.Store // the model, for the debug endpoints
+	meshes    meshSource   // the model, for connections (the store)
 	log       *slog.Logger
 	metrics   *metrics
 	orders    *orderRouter
+	reports   pushReporter // told of each push order done (orders)
 	registry  *registry
 	recorder  *recorder
 	drainCh   chan struct{}
@@ -41,16 +43,16 @@ type Server struct {
 var _ discovery.AggregatedDiscoveryServiceServer = (*Server)(nil)
 
 // StreamAggregatedResources serves one state-of-the-world ADS stream.
-func (s *Server) StreamAggregatedResources(stream sotwStream) error {
+func (s *Server) StreamAggregatedResources(stream grpcSotW) error {
 	return s.serveSotW(stream, "")
 }
 
 // DeltaAggregatedResources serves one incremental (delta) ADS stream.
-func (s *Server) DeltaAggregatedResources(stream deltaStream) error {
+func (s *Server) DeltaAggregatedResources(stream grpcDelta) error {
 	return s.serveDelta(stream, "")
 }
 
-func (s *Server) serveSotW(stream sotwStream, fixedType string) error {
+func (s *Server) serveSotW(stream grpcSotW, fixedType string) error {
 	if err := s.admit(); err != nil {
 		return err
 	}
@@ -59,7 +61,7 @@ func (s *Server) serveSotW(stream sotwStream, fixedType string) error {
 	return c.run()
 }
 
-func (s *Server) serveDelta(stream deltaStream, fixedType string) error {
+func (s *Server) serveDelta(stream grpcDelta, fixedType string) error {
 	if err := s.admit(); err != nil {
 		return err
 	}

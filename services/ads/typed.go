@@ -22,10 +22,10 @@ type clusterServer struct {
 	s *Server
 }
 
-func (x clusterServer) StreamClusters(st sotwStream) error {
+func (x clusterServer) StreamClusters(st grpcSotW) error {
 	return x.s.serveSotW(st, resource.ClusterType)
 }
-func (x clusterServer) DeltaClusters(st deltaStream) error {
+func (x clusterServer) DeltaClusters(st grpcDelta) error {
 	return x.s.serveDelta(st, resource.ClusterType)
 }
 func (x clusterServer) FetchClusters(ctx context.Context, r *discovery.DiscoveryRequest) (*discovery.DiscoveryResponse, error) {
@@ -37,10 +37,10 @@ type endpointServer struct {
 	s *Server
 }
 
-func (x endpointServer) StreamEndpoints(st sotwStream) error {
+func (x endpointServer) StreamEndpoints(st grpcSotW) error {
 	return x.s.serveSotW(st, resource.EndpointType)
 }
-func (x endpointServer) DeltaEndpoints(st deltaStream) error {
+func (x endpointServer) DeltaEndpoints(st grpcDelta) error {
 	return x.s.serveDelta(st, resource.EndpointType)
 }
 func (x endpointServer) FetchEndpoints(ctx context.Context, r *discovery.DiscoveryRequest) (*discovery.DiscoveryResponse, error) {
@@ -52,10 +52,10 @@ type listenerServer struct {
 	s *Server
 }
 
-func (x listenerServer) StreamListeners(st sotwStream) error {
+func (x listenerServer) StreamListeners(st grpcSotW) error {
 	return x.s.serveSotW(st, resource.ListenerType)
 }
-func (x listenerServer) DeltaListeners(st deltaStream) error {
+func (x listenerServer) DeltaListeners(st grpcDelta) error {
 	return x.s.serveDelta(st, resource.ListenerType)
 }
 func (x listenerServer) FetchListeners(ctx context.Context, r *discovery.DiscoveryRequest) (*discovery.DiscoveryResponse, error) {
@@ -67,8 +67,8 @@ type routeServer struct {
 	s *Server
 }
 
-func (x routeServer) StreamRoutes(st sotwStream) error { return x.s.serveSotW(st, resource.RouteType) }
-func (x routeServer) DeltaRoutes(st deltaStream) error { return x.s.serveDelta(st, resource.RouteType) }
+func (x routeServer) StreamRoutes(st grpcSotW) error { return x.s.serveSotW(st, resource.RouteType) }
+func (x routeServer) DeltaRoutes(st grpcDelta) error { return x.s.serveDelta(st, resource.RouteType) }
 func (x routeServer) FetchRoutes(ctx context.Context, r *discovery.DiscoveryRequest) (*discovery.DiscoveryResponse, error) {
 	return x.s.fetch(ctx, r, resource.RouteType)
 }
@@ -103,7 +103,7 @@ func (s *Server) fetch(ctx context.Context, req *discovery.DiscoveryRequest, t s
 		return nil, err
 	}
 	w := &watch{typeURL: t}
-	w.setNames(req.GetResourceNames(), true)
+	w.setNames(req.GetResourceNames())
 	r, err := s.build(s.store.Snapshot(), p, w)
 	if err != nil {
 		return nil, status.Errorf(codes.Internal, "generate %s: %v", shortType(t), err)

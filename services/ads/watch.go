@@ -42,15 +42,26 @@ func supportedType(typeURL string) bool {
 type watch struct {
 	typeURL  string
 	wildcard bool
+	named    bool     // the stream has named resources of the type
 	names    []string // sorted, deduplicated; ignored when wildcard
 	nameKey  string   // identifies names among watches; "" until computed
 	// last response
 	nonce       string
-	sentVersion string
-	genSeq      uint64 // model sequence of the last generation, sent or not
+	sentVersion string // version of the last response sent
+	// genVersion is the version of the state last generated and handled:
+	// sent, or found to need no response (removals only); pushes compare
+	// against it
+	genVersion string
+	genSeq     uint64 // model sequence of the last generation, sent or not
 	// state of the world EDS/RDS: version of each resource last sent, to
-	// push only what changed
+	// push only what changed; CDS: to tell which clusters a response changed
 	sentRes map[string]string
+	// forgotten: entries of sentRes were dropped (the client must be sent
+	// them again although the version did not change)
+	forgotten bool
+	// alwaysRespond: answer the next request of the type even when it looks
+	// like an ACK (EDS after the clusters it warms changed)
+	alwaysRespond bool
 	// delta only: what the client has (name -> version; absent = told it
 	// does not exist) and its explicit subscriptions
 	known      map[string]string
@@ -68,8 +79,11 @@ type watch struct {
 }
 
 // setNames applies the names of a request and reports whether the
-// subscription changed. first says this is the first request for the type.
-func (w *watch) setNames(names []string, first bool) bool {
+// subscription changed. A request with no names is a wildcard for CDS and
+// LDS (legacy wildcard) until the stream names resources of the type; once
+// it has, no names means none, as when a gRPC client unsubscribes from its
+// last listener. A wildcard stays one on later empty requests.
+func (w *watch) setNames(names []string) bool {
 	wildcard := false
 	var explicit []string
 	for _, n := range names {
@@ -79,12 +93,11 @@ func (w *watch) setNames(names []string, first bool) bool {
 		}
 		explicit = append(explicit, n)
 	}
-	if first && len(names) == 0 && wildcardDefault(w.typeURL) {
+	if len(names) == 0 && wildcardDefault(w.typeURL) && (!w.named || w.wildcard) {
 		wildcard = true
 	}
-	// A legacy wildcard subscription stays wildcard on later empty requests.
-	if !first && len(names) == 0 && w.wildcard && wildcardDefault(w.typeURL) {
-		wildcard = true
+	if len(explicit) > 0 {
+		w.named = true
 	}
 	slices.Sort(explicit)
 	explicit = slices.Compact(explicit)

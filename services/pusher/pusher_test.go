@@ -260,6 +260,30 @@ func TestLevelTriggeredCatchUp(t *testing.T) {
 	}
 }
 
+// TestLateEntryWithNewWatchesCatchesUp: a connection subscribes to a new
+// service's endpoints and is answered at seq 11, but its registry entry
+// saying so arrives only after the endpoint-only push for seq 12 was scoped
+// against the old entry (and skipped). The late entry, whose watches
+// changed, takes its own synced_seq and the connection is caught up
+// (issue 11 #2).
+func TestLateEntryWithNewWatchesCatchesUp(t *testing.T) {
+	h := startPusher(t, Config{})
+	h.push(t, &pb.PushRequest{Full: true, ThroughSeq: 10})
+	testutil.Eventually(t, "request consumed", func() bool { return h.metric("pilotwire_pusher_latest_through_seq") == 10 })
+	fe := newFrontend(t, h.url, "fe-1")
+	fe.register("c", 10, "outbound|80||a.ns.svc.cluster.local")
+	testutil.Eventually(t, "connection known", func() bool { return h.metric("pilotwire_pusher_connections") == 1 })
+
+	h.push(t, &pb.PushRequest{ThroughSeq: 12, Reasons: map[string]int32{"endpoint": 1},
+		ConfigKeys: []*pb.ConfigKey{{Kind: "Service", Namespace: "ns", Name: "x"}}})
+	testutil.Eventually(t, "skipped by scope", func() bool { return h.metric("pilotwire_pusher_skipped_total") == 1 })
+	if got := fe.ordersFor("c"); len(got) != 0 {
+		t.Fatalf("orders before the late entry = %v, want none", got)
+	}
+	fe.register("c", 11, "outbound|80||a.ns.svc.cluster.local", "outbound|80||x.ns.svc.cluster.local")
+	testutil.Eventually(t, "caught up to 12", func() bool { return equal(fe.ordersFor("c"), []uint64{12}) })
+}
+
 // TestDoneTimeoutRequeuesOnce: a frontend that never reports done gets the
 // order again once, and the timeouts are counted.
 func TestDoneTimeoutRequeuesOnce(t *testing.T) {

@@ -2,6 +2,7 @@ package pusher
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -96,10 +97,33 @@ func (p *Pusher) applyEntry(e jetstream.KeyValueEntry) {
 			p.conns[conn] = c
 			p.m.connections.Set(float64(len(p.conns)))
 		}
+		if ok && !sameWatches(c.info, info) {
+			// Pushes scoped against the old watches may have skipped what
+			// the new ones need (an entry written after a push for a
+			// service it just subscribed to): the entry's own synced_seq
+			// holds, even below what done reports said.
+			c.synced = min(c.synced, info.GetSyncedSeq())
+		} else {
+			c.synced = max(c.synced, info.GetSyncedSeq())
+		}
 		c.info = info
-		c.synced = max(c.synced, info.GetSyncedSeq())
 		p.catchUpLocked(conn, c)
 	}
+}
+
+// sameWatches reports whether two entries of a connection watch the same
+// things (what the pusher scopes by).
+func sameWatches(a, b *pb.ConnectionInfo) bool {
+	aw, bw := a.GetWatches(), b.GetWatches()
+	if len(aw) != len(bw) {
+		return false
+	}
+	for i := range aw {
+		if aw[i].GetTypeUrl() != bw[i].GetTypeUrl() || aw[i].GetWildcard() != bw[i].GetWildcard() || !slices.Equal(aw[i].GetNames(), bw[i].GetNames()) {
+			return false
+		}
+	}
+	return true
 }
 
 // forgetFrontendLocked drops a frontend and every connection it held.

@@ -1,0 +1,169 @@
+package ads
+
+import (
+	"time"
+
+	resource "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+
+	"github.com/pilotwire/pilotwire/pkg/model"
+	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
+)
+
+// answer responds to a request at once from the model as it is.
+func (c *conn) answer(w *watch) error {
+	mesh := c.s.meshes.Snapshot()
+	var err error
+	if c.delta != nil {
+		_, err = c.respondDelta(mesh, w, true, 0)
+	} else {
+		_, err = c.respond(mesh, w, true, 0)
+	}
+	if err != nil {
+		return err
+	}
+	c.s.updateConn(c)
+	return nil
+}
+
+// push brings one watch up to date after a change. While the client has not
+// answered the last response of the type, the push is deferred: the answer
+// sends the latest state (see flush).
+func (c *conn) push(mesh *model.Mesh, w *watch, pushID uint64) (bool, error) {
+	if w.awaiting {
+		w.deferred = true
+		c.s.metrics.deferred.WithLabelValues(shortType(w.typeURL)).Inc()
+		return false, nil
+	}
+	start := time.Now()
+	var sent bool
+	var err error
+	if c.delta != nil {
+		sent, err = c.respondDelta(mesh, w, false, pushID)
+	} else {
+		sent, err = c.respond(mesh, w, false, pushID)
+	}
+	if sent {
+		c.s.metrics.pushTime.WithLabelValues(shortType(w.typeURL)).Observe(time.Since(start).Seconds())
+	}
+	return sent, err
+}
+
+// answered notes the client's ACK or NACK of the last response and sends a
+// deferred push.
+func (c *conn) answered(w *watch) error {
+	w.awaiting = false
+	if !w.deferred {
+		return nil
+	}
+	w.deferred = false
+	sent, err := c.push(c.s.meshes.Snapshot(), w, 0)
+	if sent {
+		c.s.updateConn(c)
+	}
+	return err
+}
+
+// ack records that the client applied the last response of w's type.
+func (c *conn) ack(w *watch, nonce, version string) {
+	nacked := w.nackError != ""
+	w.nackError = "" // whatever the version: the client took the last response
+	if w.ackedVersion == version {
+		if nacked {
+			c.s.updateConn(c)
+		}
+		return
+	}
+	w.ackedVersion = version
+	w.ackedAt = time.Now()
+	c.s.record(c, pb.DeliveryRecord_ACK, w.typeURL, version, nonce, nil, 0, "")
+	c.s.updateConn(c)
+}
+
+// nack records and counts a rejection. It is never answered with the same
+// config; the next change is sent as usual.
+func (c *conn) nack(w *watch, nonce, msg string) {
+	w.nackError = msg
+	c.s.metrics.rejects.WithLabelValues(shortType(w.typeURL)).Inc()
+	c.log.Warn("config rejected", "type", shortType(w.typeURL), "version", w.sentVersion, "nonce", nonce, "err", msg)
+	c.s.record(c, pb.DeliveryRecord_NACK, w.typeURL, w.sentVersion, nonce, nil, 0, msg)
+	c.s.updateConn(c)
+}
+
+// clustersSent is told which clusters a CDS response just added or changed.
+// Envoy warms each of them and waits for its load assignment, even one that
+// did not change: the watch's EDS forgets that the client has them, so the
+// next EDS response (the rest of this push, or the answer to the client's
+// ACK) carries them again, and its next EDS request is answered even when it
+// looks like an ACK (envoy#13009; Istio's AlwaysRespond).
+func (c *conn) clustersSent(names []string) {
+	eds, ok := c.watches[resource.EndpointType]
+	if !ok || len(names) == 0 {
+		return
+	}
+	eds.alwaysRespond = true
+	for _, n := range names {
+		if eds.known != nil {
+			delete(eds.known, n)
+		}
+		if _, had := eds.sentRes[n]; had {
+			delete(eds.sentRes, n)
+			eds.forgotten = true
+		}
+	}
+}
+
+// handleOrders brings every watched type up to date with the model (which
+// has applied every order's through_seq: the dispatcher waited for it) and
+// reports each order done.
+func (c *conn) handleOrders(orders []orderRef) error {
+	if len(orders) == 0 {
+		return nil
+	}
+	mesh := c.s.meshes.Snapshot()
+	var pushID uint64
+	for _, o := range orders {
+		pushID = max(pushID, o.order.GetPushId())
+	}
+	sent := false
+	var sendErr error
+	for _, t := range pushOrder {
+		w, ok := c.watches[t]
+		if !ok {
+			continue
+		}
+		did, err := c.push(mesh, w, pushID)
+		if err != nil {
+			sendErr = err
+			break
+		}
+		sent = sent || did
+	}
+	if sent {
+		var start time.Time
+		for _, o := range orders {
+			if st := o.order.GetStart(); st != nil && (start.IsZero() || st.AsTime().Before(start)) {
+				start = st.AsTime()
+			}
+		}
+		if !start.IsZero() {
+			c.s.metrics.convergence.Observe(time.Since(start).Seconds())
+		}
+	}
+	res := pb.PushDone_UNCHANGED
+	errText := ""
+	switch {
+	case sendErr != nil:
+		res = pb.PushDone_FAILED
+		errText = sendErr.Error()
+	case sent:
+		res = pb.PushDone_SENT
+	}
+	synced := c.syncedSeq()
+	for _, o := range orders {
+		c.s.reports.done(o, res, synced, errText)
+	}
+	if sent {
+		c.s.updateConn(c)
+	}
+	return sendErr
+}

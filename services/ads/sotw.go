@@ -1,0 +1,175 @@
+package ads
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	resource "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+
+	"github.com/pilotwire/pilotwire/pkg/model"
+	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
+)
+
+// handleRequest applies one state-of-the-world request. Only a protocol
+// violation ends the stream; the error is a gRPC status.
+func (c *conn) handleRequest(req *discovery.DiscoveryRequest) error {
+	if err := c.open(req.GetNode()); err != nil {
+		return err
+	}
+	t, err := c.requestType(req.GetTypeUrl())
+	if t == "" || err != nil {
+		return err
+	}
+	w, seen := c.watches[t]
+	if !seen {
+		w = &watch{typeURL: t}
+		c.watches[t] = w
+	}
+	nonce := req.GetResponseNonce()
+	if !seen {
+		// An initial request: a nonce (and error) from another stream, as
+		// after a reconnect, says nothing about this one.
+		nonce = ""
+	}
+	if nonce != "" && nonce != w.nonce {
+		// An answer to an older response: the newer one is in flight.
+		c.s.metrics.expiredNonce.WithLabelValues(shortType(t)).Inc()
+		return nil
+	}
+	old := w.names
+	if nonce != "" && req.GetErrorDetail() != nil {
+		// The names apply whatever the verdict: a NACK may subscribe to
+		// more (a cluster that would otherwise never get endpoints).
+		changed := w.setNames(req.GetResourceNames())
+		c.subsChanged = c.subsChanged || changed || !seen
+		c.nack(w, nonce, req.GetErrorDetail().GetMessage())
+		if !changed {
+			return c.answered(w)
+		}
+		return c.answerNames(w, old)
+	}
+	changed := w.setNames(req.GetResourceNames())
+	c.subsChanged = c.subsChanged || changed || !seen
+	if nonce != "" {
+		c.ack(w, nonce, req.GetVersionInfo())
+		if !changed && !w.alwaysRespond {
+			return c.answered(w)
+		}
+		if changed && !w.alwaysRespond {
+			return c.answerNames(w, old)
+		}
+		w.awaiting, w.deferred = false, false // the answer below is the latest state
+	}
+	// A new subscription, a reconnect, changed names, or a request that must
+	// be answered (EDS after clusters changed): answer now from the model as
+	// it is. A reconnecting client that already has the current version is
+	// sent nothing (go-control-plane and Envoy agree on this).
+	if nonce == "" && req.GetVersionInfo() != "" && !w.alwaysRespond {
+		mesh := c.s.meshes.Snapshot()
+		if r, err := c.s.build(mesh, c.proxy, w); err == nil && r.version == req.GetVersionInfo() {
+			// Synced at the mesh compared against, not a later one.
+			w.sentVersion, w.ackedVersion, w.genVersion, w.genSeq = r.version, r.version, r.version, mesh.Seq
+			c.s.updateConn(c)
+			return nil
+		}
+	}
+	return c.answer(w)
+}
+
+// answerNames answers a change of names on a stream that was answered
+// before. EDS and RDS are named subscriptions the client keeps: names it
+// dropped are forgotten and nothing is sent for them, names it added are
+// sent alone (with anything else that changed meanwhile). Other types get
+// their whole set.
+func (c *conn) answerNames(w *watch, old []string) error {
+	w.awaiting, w.deferred = false, false // the answer below is the latest state
+	if !incrementalSotW(w.typeURL) || w.sentRes == nil || w.wildcard {
+		return c.answer(w)
+	}
+	for n := range w.sentRes {
+		if !slices.Contains(w.names, n) {
+			delete(w.sentRes, n)
+		}
+	}
+	for _, n := range w.names {
+		if !slices.Contains(old, n) {
+			w.forgotten = true // added: not with the client, whatever sentRes says
+			delete(w.sentRes, n)
+		}
+	}
+	if _, err := c.respond(c.s.meshes.Snapshot(), w, false, 0); err != nil {
+		return err
+	}
+	c.s.updateConn(c)
+	return nil
+}
+
+// respond generates the type for the watch and sends it when it differs from
+// what was last sent, or always when force (an answer to a request). A push
+// of EDS or RDS carries only the resources that changed, as Istio's
+// incremental EDS does; everything else carries the whole watched set. It
+// reports whether it sent.
+func (c *conn) respond(mesh *model.Mesh, w *watch, force bool, pushID uint64) (bool, error) {
+	full, err := c.s.build(mesh, c.proxy, w)
+	if err != nil {
+		c.generateFailed(w, mesh, err)
+		return false, nil
+	}
+	w.genSeq = mesh.Seq
+	if !force && full.version == w.genVersion && !w.forgotten {
+		return false, nil
+	}
+	r := full
+	if !force && incrementalSotW(w.typeURL) && w.sentRes != nil {
+		changed, any := full.onlyChanged(w.sentRes)
+		if !any {
+			// Only removals: the client keeps what it has, which is
+			// harmless; remember the new state (nothing was sent).
+			w.genVersion = full.version
+			return false, nil
+		}
+		r = changed
+	}
+	c.nonceSeq++
+	nonce := c.id + "-" + strconv.FormatUint(c.nonceSeq, 36)
+	resp := &discovery.DiscoveryResponse{
+		VersionInfo: r.version,
+		Resources:   r.resources,
+		TypeUrl:     w.typeURL,
+		Nonce:       nonce,
+	}
+	sendStart := time.Now()
+	err = c.sotw.Send(resp)
+	c.s.metrics.sendTime.Observe(time.Since(sendStart).Seconds())
+	c.s.metrics.configSize.WithLabelValues(shortType(w.typeURL)).Observe(float64(r.bytes))
+	if err != nil {
+		c.s.metrics.sendErrors.WithLabelValues(shortType(w.typeURL)).Inc()
+		return false, fmt.Errorf("send %s to %s: %w", shortType(w.typeURL), c.proxy.ID, err)
+	}
+	w.nonce = nonce
+	w.sentAt = time.Now()
+	w.awaiting = true
+	w.sentVersion, w.genVersion = r.version, full.version
+	w.alwaysRespond, w.forgotten = false, false
+	var changedClusters []string
+	if w.typeURL == resource.ClusterType {
+		changedClusters = r.changedFrom(w.sentRes)
+	}
+	if incrementalSotW(w.typeURL) || w.typeURL == resource.ClusterType {
+		if r == full || w.sentRes == nil {
+			w.sentRes = make(map[string]string, len(full.names))
+		}
+		for i, n := range r.names {
+			w.sentRes[n] = r.versions[i]
+		}
+	}
+	c.clustersSent(changedClusters)
+	c.s.metrics.pushes.WithLabelValues(shortType(w.typeURL)).Inc()
+	c.s.metrics.responseBytes.WithLabelValues(shortType(w.typeURL)).Add(float64(r.bytes))
+	c.s.record(c, pb.DeliveryRecord_RESPONSE, w.typeURL, r.version, nonce, r.names, pushID, "")
+	c.log.Debug("sent", "type", shortType(w.typeURL), "version", r.version, "resources", len(r.resources), "seq", mesh.Seq)
+	return true, nil
+}

@@ -53,11 +53,7 @@ func (c *conn) handleDelta(req *discovery.DeltaDiscoveryRequest) error {
 	changed, resend := w.applyDelta(req.GetResourceNamesSubscribe(), req.GetResourceNamesUnsubscribe(), !seen)
 	c.subsChanged = c.subsChanged || changed || !seen
 	if !changed && !resend && seen && !w.alwaysRespond {
-		if !w.awaiting && w.deferred {
-			w.awaiting = true // answered() clears it and sends the deferred push
-			return c.answered(w)
-		}
-		return nil
+		return c.flushDeferred() // what the answer above released
 	}
 	w.deferred = false // the answer below is the latest state
 	return c.answer(w)

@@ -97,7 +97,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Buckets: prometheus.ExponentialBuckets(64, 4, 10),
 		}, []string{"type"}),
 		deferred: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "pilotwire_ads_pushes_deferred_total", Help: "Pushes held back because the proxy had not answered the previous response of the type, by type.",
+			Name: "pilotwire_ads_pushes_deferred_total", Help: "Pushes held back because the proxy had not answered the previous response of the type, or of a type it depends on (clusters before load assignments and listeners, listeners before routes), by type.",
 		}, []string{"type"}),
 		reregistrations: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "pilotwire_ads_reregistrations_total", Help: "Times this frontend found its registry entry removed (timed out by a pusher) and registered its connections again.",

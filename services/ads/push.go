@@ -25,11 +25,32 @@ func (c *conn) answer(w *watch) error {
 	return nil
 }
 
+// dependsOn says which types a push of a type waits for (make before
+// break, in Envoy's order): while the client has not answered a response of
+// one of them, the type is held back. Load assignments and listeners name
+// clusters; routes name clusters and belong to listeners. Without this, a
+// route to a new cluster could reach Envoy before the cluster (503 NC).
+var dependsOn = map[string][]string{
+	resource.EndpointType: {resource.ClusterType},
+	resource.ListenerType: {resource.ClusterType},
+	resource.RouteType:    {resource.ClusterType, resource.ListenerType},
+}
+
+// heldBack reports whether a type w depends on awaits the client's answer.
+func (c *conn) heldBack(w *watch) bool {
+	for _, t := range dependsOn[w.typeURL] {
+		if d, ok := c.watches[t]; ok && d.awaiting {
+			return true
+		}
+	}
+	return false
+}
+
 // push brings one watch up to date after a change. While the client has not
-// answered the last response of the type, the push is deferred: the answer
-// sends the latest state (see flush).
+// answered the last response of the type, or of a type it depends on, the
+// push is deferred: the answer sends the latest state (see answered).
 func (c *conn) push(mesh *model.Mesh, w *watch, pushID uint64) (bool, error) {
-	if w.awaiting {
+	if w.awaiting || c.heldBack(w) {
 		w.deferred = true
 		c.s.metrics.deferred.WithLabelValues(shortType(w.typeURL)).Inc()
 		return false, nil
@@ -48,15 +69,35 @@ func (c *conn) push(mesh *model.Mesh, w *watch, pushID uint64) (bool, error) {
 	return sent, err
 }
 
-// answered notes the client's ACK or NACK of the last response and sends a
-// deferred push.
+// answered notes the client's ACK or NACK of the last response and sends
+// the deferred pushes that were waiting for it.
 func (c *conn) answered(w *watch) error {
 	w.awaiting = false
-	if !w.deferred {
-		return nil
+	return c.flushDeferred()
+}
+
+// flushDeferred sends, in push order, every deferred push that no longer
+// waits for an answer. A type sent here holds back the types that depend
+// on it until its own answer.
+func (c *conn) flushDeferred() error {
+	var mesh *model.Mesh
+	sent := false
+	var err error
+	for _, t := range pushOrder {
+		w, ok := c.watches[t]
+		if !ok || !w.deferred || w.awaiting || c.heldBack(w) {
+			continue
+		}
+		w.deferred = false
+		if mesh == nil {
+			mesh = c.s.meshes.Snapshot()
+		}
+		var did bool
+		if did, err = c.push(mesh, w, 0); err != nil {
+			break
+		}
+		sent = sent || did
 	}
-	w.deferred = false
-	sent, err := c.push(c.s.meshes.Snapshot(), w, 0)
 	if sent {
 		c.s.updateConn(c)
 	}

@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"strings"
 
-	"k8s.io/apimachinery/pkg/api/validation/path"
+	"k8s.io/apimachinery/pkg/api/validate/content"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/yaml"
 )
@@ -249,7 +249,7 @@ func validateName(group, kind, name string) error {
 	case group == "" && kind == "Namespace":
 		errs = validation.IsDNS1123Label(name)
 	case group == "rbac.authorization.k8s.io":
-		errs = path.IsValidPathSegmentName(name)
+		errs = content.IsPathSegmentName(name)
 		if len(name) > validation.DNS1123SubdomainMaxLength {
 			errs = append(errs, validation.MaxLenError(validation.DNS1123SubdomainMaxLength))
 		}

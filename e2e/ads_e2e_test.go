@@ -271,13 +271,18 @@ func TestRawADSClient(t *testing.T) {
 	}
 
 	// One endpoint changes: the next response is EDS (CDS, LDS and RDS did
-	// not change and are not resent), with the new endpoint set.
+	// not change and are not resent), with the new endpoint set of the one
+	// load assignment that changed: the client keeps the others (state of
+	// the world EDS is a named subscription).
 	pipelinetest.WriteFile(t, dir, "echo-slice.yaml", echoSlice("10.244.0.11", "10.244.0.13"))
 	eds2 := c.recv(resource.EndpointType)
 	if eds2.GetVersionInfo() == eds.GetVersionInfo() {
 		t.Errorf("EDS version did not change: %s", eds2.GetVersionInfo())
 	}
 	clas2 := decode(t, eds2, func() *endpoint.ClusterLoadAssignment { return &endpoint.ClusterLoadAssignment{} })
+	if diff := cmp.Diff([]string{echoCluster}, keys(clas2)); diff != "" {
+		t.Errorf("an endpoint-only push carries the changed load assignment only (-want +got):\n%s", diff)
+	}
 	if diff := cmp.Diff([]string{"10.244.0.11:9080", "10.244.0.13:9080"}, lbAddrs(clas2[echoCluster])); diff != "" {
 		t.Errorf("echo endpoints after the change (-want +got):\n%s", diff)
 	}

@@ -215,12 +215,17 @@ func Run(ctx context.Context, cfg Config, d svc.Deps) error {
 		t.Stop()
 	}
 	s.drain()
+	// Streams ended by drain return at once; a handler stuck in a send
+	// gets 5 s before the server is stopped hard.
+	hard := time.NewTimer(5 * time.Second)
 	select {
 	case <-stopped:
-	case <-time.After(5 * time.Second):
+	case <-hard.C:
+		log.Warn("streams still open 5 s after the drain: stopping hard")
 		gs.Stop()
 		<-stopped
 	}
+	hard.Stop()
 	s.orders.unsubscribe()
 	cancelRun()
 	wg.Wait()

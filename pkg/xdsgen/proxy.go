@@ -136,15 +136,14 @@ var (
 	keyGRPCLDS      any = memoKey{GRPC, resource.ListenerType}
 	keyGRPCRDS      any = memoKey{GRPC, resource.RouteType}
 	keyRouterCDS    any = memoKey{Envoy, "router-clusters"}
-	keyEnvoyCDS     any = memoKey{Envoy, resource.ClusterType}      // per service
-	keyEnvoyTCP     any = memoKey{Envoy, "tcp-listeners"}           // per service
-	keyHeadless     any = memoKey{Envoy, "headless-listeners"}      // per service, reads endpoints
-	keyHeadlessAny  any = memoKey{Envoy, "has-headless-listeners"}  // per mesh
-	keySniffedRoute any = memoKey{Envoy, "sniffed-routes"}          // per service
-	keyInboundIndex any = memoKey{Envoy, "inbound-index"}           // per mesh, reads endpoints
-	keyHTTPPorts    any = memoKey{Envoy, "http-ports"}              // per mesh
-	keyGRPCOut      any = memoKey{GRPC, "outbound-listeners"}       // per service
-	keyOutListeners any = memoKey{Envoy, "outbound-port-listeners"} // per mesh, with mode
+	keyEnvoyCDS     any = memoKey{Envoy, resource.ClusterType}     // per service
+	keyEnvoyTCP     any = memoKey{Envoy, "tcp-listeners"}          // per service
+	keyHeadless     any = memoKey{Envoy, "headless-listeners"}     // per service, reads endpoints
+	keyHeadlessAny  any = memoKey{Envoy, "has-headless-listeners"} // per mesh
+	keySniffedRoute any = memoKey{Envoy, "sniffed-routes"}         // per service
+	keyInboundIndex any = memoKey{Envoy, "inbound-index"}          // per mesh, reads endpoints
+	keyHTTPPorts    any = memoKey{Envoy, "http-ports"}             // per mesh
+	keyGRPCOut      any = memoKey{GRPC, "outbound-listeners"}      // per service
 )
 
 type setResult struct {

@@ -254,7 +254,8 @@ func TestProtocol(t *testing.T) {
 
 	c.send(&discovery.DiscoveryRequest{TypeUrl: resource.ClusterType})
 	cds := c.recv()
-	if diff := cmp.Diff([]string{cl}, names(cds)); diff != "" {
+	// Every sidecar also gets Istio's passthrough and blackhole clusters.
+	if diff := cmp.Diff([]string{"BlackHoleCluster", "InboundPassthroughCluster", "PassthroughCluster", cl}, names(cds)); diff != "" {
 		t.Fatalf("CDS (-want +got):\n%s", diff)
 	}
 	c.send(&discovery.DiscoveryRequest{TypeUrl: resource.ClusterType, VersionInfo: cds.VersionInfo, ResponseNonce: cds.Nonce})

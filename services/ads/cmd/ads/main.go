@@ -25,5 +25,6 @@ func main() {
 	fs.StringVar(&cfg.TrustDomain, "trust-domain", svc.EnvString("PILOTWIRE_TRUST_DOMAIN", ""), "with --client-ca, the SPIFFE trust domain clients must have; empty accepts any (env PILOTWIRE_TRUST_DOMAIN)")
 	fs.Float64Var(&cfg.NewStreamRate, "new-stream-rate", float64(svc.EnvInt("PILOTWIRE_NEW_STREAM_RATE", 1000)), "new xDS streams admitted per second; the rest get ResourceExhausted; 0 disables (env PILOTWIRE_NEW_STREAM_RATE)")
 	fs.IntVar(&cfg.NewStreamBurst, "new-stream-burst", svc.EnvInt("PILOTWIRE_NEW_STREAM_BURST", 1000), "burst of new streams admitted at once (env PILOTWIRE_NEW_STREAM_BURST)")
+	fs.StringVar(&cfg.MeshConfigPath, "mesh-config", svc.EnvString("PILOTWIRE_MESH_CONFIG", ""), "mesh config file in Istio's MeshConfig YAML shape, e.g. outboundTrafficPolicy: {mode: REGISTRY_ONLY}; empty uses Istio's defaults (ALLOW_ANY) (env PILOTWIRE_MESH_CONFIG)")
 	svc.Main(cmd)
 }

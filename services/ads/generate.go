@@ -147,8 +147,6 @@ func generatorOf(p *proxy) xdsgen.Generator {
 	return xdsgen.Envoy
 }
 
-func (c *conn) generator() xdsgen.Generator { return generatorOf(c.proxy) }
-
 // generateFailed logs and counts a generation error; the connection keeps
 // what it has and gets the next change as usual.
 func (c *conn) generateFailed(w *watch, m *model.Mesh, err error) {

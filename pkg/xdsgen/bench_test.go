@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+
 	"github.com/pilotwire/pilotwire/pkg/model"
 )
 

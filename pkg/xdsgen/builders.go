@@ -6,12 +6,17 @@ import (
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
+	httpinspectorv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/listener/http_inspector/v3"
+	originaldstv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/listener/original_dst/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	tcpproxyv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/tcp_proxy/v3"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
 // Building blocks shared by the generators. Sub-messages shared between
@@ -24,11 +29,20 @@ const ConnectTimeout = 10 * time.Second
 
 // Names of the Envoy extensions used.
 const (
-	routerFilterName = "envoy.filters.http.router"
-	hcmFilterName    = "envoy.filters.network.http_connection_manager"
-	tcpProxyName     = "envoy.filters.network.tcp_proxy"
-	httpOptionsKey   = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
+	routerFilterName  = "envoy.filters.http.router"
+	hcmFilterName     = "envoy.filters.network.http_connection_manager"
+	tcpProxyName      = "envoy.filters.network.tcp_proxy"
+	httpOptionsKey    = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
+	originalDstName   = "envoy.filters.listener.original_dst"
+	httpInspectorName = "envoy.filters.listener.http_inspector"
 )
+
+// Filter chain matching on what the listener filters found, as Istio.
+const rawBuffer = "raw_buffer" // no TLS
+
+// plaintextHTTPALPNs are what the HTTP inspector reports for plaintext
+// HTTP/1.1 and HTTP/2 (Istio leaves HTTP/1.0 to the TCP chain by default).
+var plaintextHTTPALPNs = []string{"http/1.1", "h2c"}
 
 // adsSource tells the client to fetch a resource over its ADS stream.
 func adsSource() *corev3.ConfigSource {
@@ -36,6 +50,15 @@ func adsSource() *corev3.ConfigSource {
 		ConfigSourceSpecifier: &corev3.ConfigSource_Ads{Ads: &corev3.AggregatedConfigSource{}},
 		ResourceApiVersion:    corev3.ApiVersion_V3,
 	}
+}
+
+// adsSourceNoTimeout is adsSource with initial_fetch_timeout 0s, as Istio
+// sets on Envoy's EDS and RDS sources: Envoy then waits for the resource
+// instead of warming without it after 15 s.
+func adsSourceNoTimeout() *corev3.ConfigSource {
+	s := adsSource()
+	s.InitialFetchTimeout = durationpb.New(0)
+	return s
 }
 
 // mustAny packs a message built by this package; marshalling a well-formed
@@ -56,7 +79,8 @@ var routerFilter = sync.OnceValue(func() *hcmv3.HttpFilter {
 })
 
 // rdsManager is an HTTP connection manager whose routes come over ADS, with
-// the router as its only (and so last, as gRPC requires) filter.
+// the router as its only (and so last, as gRPC requires) filter. For
+// proxyless gRPC.
 func rdsManager(statPrefix, routeConfig string) *hcmv3.HttpConnectionManager {
 	return &hcmv3.HttpConnectionManager{
 		StatPrefix: statPrefix,
@@ -67,6 +91,58 @@ func rdsManager(statPrefix, routeConfig string) *hcmv3.HttpConnectionManager {
 		HttpFilters: []*hcmv3.HttpFilter{routerFilter()},
 	}
 }
+
+// sidecarManager is a sidecar's HTTP connection manager, as Istio builds
+// it: codec chosen by the client (AUTO), WebSocket upgrades allowed, no
+// stream idle timeout, paths normalised but escaped slashes kept, the
+// client's address not trusted for internal/external decisions. Routes
+// come over RDS (rds != "") or inline.
+func sidecarManager(statPrefix, rds string, inline *routev3.RouteConfiguration, http2 bool) *listenerv3.Filter {
+	h := &hcmv3.HttpConnectionManager{
+		StatPrefix:                   statPrefix,
+		CodecType:                    hcmv3.HttpConnectionManager_AUTO,
+		HttpFilters:                  []*hcmv3.HttpFilter{routerFilter()},
+		UseRemoteAddress:             wrapperspb.Bool(false),
+		UpgradeConfigs:               []*hcmv3.HttpConnectionManager_UpgradeConfig{{UpgradeType: "websocket"}},
+		StreamIdleTimeout:            durationpb.New(0),
+		NormalizePath:                wrapperspb.Bool(true),
+		PathWithEscapedSlashesAction: hcmv3.HttpConnectionManager_KEEP_UNCHANGED,
+	}
+	if rds != "" {
+		h.RouteSpecifier = &hcmv3.HttpConnectionManager_Rds{Rds: &hcmv3.Rds{ConfigSource: adsSourceNoTimeout(), RouteConfigName: rds}}
+	} else {
+		h.RouteSpecifier = &hcmv3.HttpConnectionManager_RouteConfig{RouteConfig: inline}
+	}
+	if http2 {
+		h.Http2ProtocolOptions = &corev3.Http2ProtocolOptions{}
+	}
+	return &listenerv3.Filter{Name: hcmFilterName, ConfigType: &listenerv3.Filter_TypedConfig{TypedConfig: mustAny(h)}}
+}
+
+// tcpProxy proxies the connection to cluster.
+func tcpProxy(statPrefix, cluster string) *listenerv3.Filter {
+	return &listenerv3.Filter{Name: tcpProxyName, ConfigType: &listenerv3.Filter_TypedConfig{TypedConfig: mustAny(&tcpproxyv3.TcpProxy{
+		StatPrefix:       statPrefix,
+		ClusterSpecifier: &tcpproxyv3.TcpProxy_Cluster{Cluster: cluster},
+	})}}
+}
+
+// toCluster proxies to the cluster of the same name (stat prefix too).
+func toCluster(cluster string) *listenerv3.Filter { return tcpProxy(cluster, cluster) }
+
+var originalDstFilter = sync.OnceValue(func() *listenerv3.ListenerFilter {
+	return &listenerv3.ListenerFilter{
+		Name:       originalDstName,
+		ConfigType: &listenerv3.ListenerFilter_TypedConfig{TypedConfig: mustAny(&originaldstv3.OriginalDst{})},
+	}
+})
+
+var httpInspectorFilter = sync.OnceValue(func() *listenerv3.ListenerFilter {
+	return &listenerv3.ListenerFilter{
+		Name:       httpInspectorName,
+		ConfigType: &listenerv3.ListenerFilter_TypedConfig{TypedConfig: mustAny(&httpinspectorv3.HttpInspector{})},
+	}
+})
 
 // edsCluster is a round-robin cluster whose endpoints come over ADS, in the
 // load assignment of the same name.

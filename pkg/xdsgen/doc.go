@@ -17,8 +17,19 @@
 //
 // [Marshals] counts resource marshals so tests can prove the sharing.
 //
+// Output depends on the proxy ([Proxy], [GenerateFor]) only where Istio's
+// does: its inbound side (the ports its pod serves, found by its IP among
+// the endpoints), its namespace (short host names) and the mesh config
+// (outbound traffic policy). Such sets are memoised per distinct input, so
+// pods backing the same services share them.
+//
 // Naming follows Istio: clusters and load assignments
-// outbound|<port>||<host>; sidecar listeners 0.0.0.0_<port> (HTTP, routed by
-// the route configuration named <port>) and <clusterIP>_<port> (TCP);
-// proxyless gRPC listeners and route configurations <host>:<port>.
+// outbound|<port>||<host>, inbound|<targetPort>||, PassthroughCluster,
+// BlackHoleCluster, InboundPassthroughCluster; sidecar listeners
+// virtualOutbound (bound, 15001) and virtualInbound (bound, 15006), and the
+// unbound 0.0.0.0_<port> (HTTP, routed by the route configuration <port>)
+// and <ip>_<port> (TCP and sniffed); proxyless gRPC listeners and route
+// configurations <host>:<port>, and server listeners
+// xds.istio.io/grpc/lds/inbound/<addr>. docs/architecture.md ("xDS
+// generated") describes which traffic takes which path.
 package xdsgen

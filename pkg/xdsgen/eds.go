@@ -7,8 +7,9 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
-	"github.com/pilotwire/pilotwire/pkg/model"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/pilotwire/pilotwire/pkg/model"
 )
 
 func endpointSet(m *model.Mesh) (*Set, error) {
@@ -18,7 +19,7 @@ func endpointSet(m *model.Mesh) (*Set, error) {
 // loadAssignments returns one ClusterLoadAssignment per served port.
 func loadAssignments(svc *model.Service) ([]*Resource, error) {
 	var out []*Resource
-	err := servedPorts(svc, func(p *model.Port, _ protocol) error {
+	err := meshPorts(svc, func(p *model.Port, _ protocol) error {
 		name := clusterName(svc, p)
 		r, err := newResource(name, loadAssignment(name, p.Endpoints))
 		out = append(out, r)

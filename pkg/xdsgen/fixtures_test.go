@@ -4,8 +4,9 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/pilotwire/pilotwire/pkg/model"
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/pilotwire/pilotwire/pkg/model"
 )
 
 // port is a TCP service port with endpoints.

@@ -1,6 +1,7 @@
 package xdsgen
 
 import (
+	"cmp"
 	"slices"
 	"strconv"
 	"strings"
@@ -14,10 +15,8 @@ import (
 	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	tcpproxyv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/tcp_proxy/v3"
-	httpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
-	"github.com/google/go-cmp/cmp"
-	"github.com/pilotwire/pilotwire/pkg/model"
+	gocmp "github.com/google/go-cmp/cmp"
 	"go.uber.org/goleak"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/testing/protocmp"
@@ -25,6 +24,8 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/pilotwire/pilotwire/pkg/model"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -97,13 +98,7 @@ func TestResourceNames(t *testing.T) {
 		typeURL string
 		want    []string
 	}{
-		{name: "envoy CDS", gen: Envoy, typeURL: resource.ClusterType, want: outbound},
 		{name: "envoy EDS", gen: Envoy, typeURL: resource.EndpointType, want: outbound},
-		{
-			name: "envoy LDS: HTTP per port, TCP per clusterIP (not headless)", gen: Envoy, typeURL: resource.ListenerType,
-			want: []string{"0.0.0.0_53", "0.0.0.0_80", "0.0.0.0_8000", "0.0.0.0_8080", "0.0.0.0_9090", "10.0.0.3_6379", "fd00::1_27017"},
-		},
-		{name: "envoy RDS: one per HTTP port", gen: Envoy, typeURL: resource.RouteType, want: []string{"53", "80", "8000", "8080", "9090"}},
 		{name: "grpc CDS", gen: GRPC, typeURL: resource.ClusterType, want: outbound},
 		{name: "grpc EDS", gen: GRPC, typeURL: resource.EndpointType, want: outbound},
 		{name: "grpc LDS", gen: GRPC, typeURL: resource.ListenerType, want: grpcTargets},
@@ -114,7 +109,7 @@ func TestResourceNames(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			set := generate(t, m, tc.gen, tc.typeURL)
 			want := slices.Sorted(slices.Values(tc.want))
-			if diff := cmp.Diff(want, names(set)); diff != "" {
+			if diff := gocmp.Diff(want, names(set)); diff != "" {
 				t.Errorf("names (-want +got):\n%s", diff)
 			}
 			for _, r := range set.Resources {
@@ -147,36 +142,19 @@ func edsClusterWant(name string) *clusterv3.Cluster {
 }
 
 func TestClusters(t *testing.T) {
-	h2 := func(name string) *clusterv3.Cluster {
-		c := edsClusterWant(name)
-		opts, err := anypb.New(&httpv3.HttpProtocolOptions{
-			UpstreamProtocolOptions: &httpv3.HttpProtocolOptions_ExplicitHttpConfig_{ExplicitHttpConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig{
-				ProtocolConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig_Http2ProtocolOptions{Http2ProtocolOptions: &corev3.Http2ProtocolOptions{}},
-			}},
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		c.TypedExtensionProtocolOptions = map[string]*anypb.Any{"envoy.extensions.upstreams.http.v3.HttpProtocolOptions": opts}
-		return c
-	}
 	tests := []struct {
 		name    string
 		gen     Generator
 		cluster string
 		want    *clusterv3.Cluster
 	}{
-		{name: "envoy http port: HTTP/1", gen: Envoy, cluster: "outbound|80||web.shop.svc.cluster.local", want: edsClusterWant("outbound|80||web.shop.svc.cluster.local")},
-		{name: "envoy grpc- port: HTTP/2", gen: Envoy, cluster: "outbound|9090||web.shop.svc.cluster.local", want: h2("outbound|9090||web.shop.svc.cluster.local")},
-		{name: "envoy h2c appProtocol: HTTP/2", gen: Envoy, cluster: "outbound|8080||api.shop.svc.cluster.local", want: h2("outbound|8080||api.shop.svc.cluster.local")},
-		{name: "envoy tcp port", gen: Envoy, cluster: "outbound|6379||api.shop.svc.cluster.local", want: edsClusterWant("outbound|6379||api.shop.svc.cluster.local")},
 		{name: "grpc: plain EDS cluster", gen: GRPC, cluster: "outbound|9090||web.shop.svc.cluster.local", want: edsClusterWant("outbound|9090||web.shop.svc.cluster.local")},
 	}
 	m := variedMesh(t)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			got := msg[*clusterv3.Cluster](t, generate(t, m, tc.gen, resource.ClusterType), tc.cluster)
-			if diff := cmp.Diff(tc.want, got, protocmp.Transform()); diff != "" {
+			if diff := gocmp.Diff(tc.want, got, protocmp.Transform()); diff != "" {
 				t.Errorf("cluster (-want +got):\n%s", diff)
 			}
 		})
@@ -230,7 +208,7 @@ func TestLoadAssignment(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			for _, g := range []Generator{Envoy, GRPC} {
 				got := msg[*endpointv3.ClusterLoadAssignment](t, generate(t, m, g, resource.EndpointType), tc.name)
-				if diff := cmp.Diff(tc.want, got, protocmp.Transform()); diff != "" {
+				if diff := gocmp.Diff(tc.want, got, protocmp.Transform()); diff != "" {
 					t.Errorf("%v: load assignment (-want +got):\n%s", g, diff)
 				}
 			}
@@ -278,57 +256,6 @@ func TestLoadAssignmentsSuitGRPC(t *testing.T) {
 	}
 }
 
-func TestEnvoyListeners(t *testing.T) {
-	m := variedMesh(t)
-	set := generate(t, m, Envoy, resource.ListenerType)
-	tests := []struct {
-		name        string
-		listener    string
-		wantAddress string
-		wantPort    uint32
-		// exactly one of these describes the filter
-		wantRoute   string
-		wantCluster string
-	}{
-		{name: "http", listener: "0.0.0.0_80", wantAddress: "0.0.0.0", wantPort: 80, wantRoute: "80"},
-		{name: "grpc", listener: "0.0.0.0_9090", wantAddress: "0.0.0.0", wantPort: 9090, wantRoute: "9090"},
-		{name: "tcp", listener: "10.0.0.3_6379", wantAddress: "10.0.0.3", wantPort: 6379, wantCluster: "outbound|6379||api.shop.svc.cluster.local"},
-		{name: "tcp ipv6", listener: "fd00::1_27017", wantAddress: "fd00::1", wantPort: 27017, wantCluster: "outbound|27017||v6.shop.svc.cluster.local"},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			l := msg[*listenerv3.Listener](t, set, tc.listener)
-			sa := l.GetAddress().GetSocketAddress()
-			if sa.GetAddress() != tc.wantAddress || sa.GetPortValue() != tc.wantPort {
-				t.Errorf("address %s:%d, want %s:%d", sa.GetAddress(), sa.GetPortValue(), tc.wantAddress, tc.wantPort)
-			}
-			if l.GetBindToPort() == nil || l.GetBindToPort().GetValue() {
-				t.Error("bind_to_port must be false")
-			}
-			if len(l.FilterChains) != 1 || len(l.FilterChains[0].Filters) != 1 {
-				t.Fatalf("want one filter chain with one filter, got %v", l.FilterChains)
-			}
-			f := l.FilterChains[0].Filters[0]
-			if tc.wantRoute != "" {
-				hcm := unpack[*hcmv3.HttpConnectionManager](t, f.GetTypedConfig())
-				want := &hcmv3.HttpConnectionManager{
-					StatPrefix:     "outbound_" + tc.listener,
-					RouteSpecifier: &hcmv3.HttpConnectionManager_Rds{Rds: &hcmv3.Rds{ConfigSource: adsSourceWant(), RouteConfigName: tc.wantRoute}},
-					HttpFilters:    []*hcmv3.HttpFilter{routerWant(t)},
-				}
-				if diff := cmp.Diff(want, hcm, protocmp.Transform()); diff != "" {
-					t.Errorf("connection manager (-want +got):\n%s", diff)
-				}
-				return
-			}
-			tp := unpack[*tcpproxyv3.TcpProxy](t, f.GetTypedConfig())
-			if tp.GetCluster() != tc.wantCluster {
-				t.Errorf("tcp_proxy cluster %q, want %q", tp.GetCluster(), tc.wantCluster)
-			}
-		})
-	}
-}
-
 func routerWant(t testing.TB) *hcmv3.HttpFilter {
 	a, err := anypb.New(&routerv3.Router{})
 	if err != nil {
@@ -351,65 +278,6 @@ func TestEnvoyTCPListenerAddressClash(t *testing.T) {
 	}
 }
 
-func TestEnvoyRoutes(t *testing.T) {
-	m := variedMesh(t)
-	rc := msg[*routev3.RouteConfiguration](t, generate(t, m, Envoy, resource.RouteType), "80")
-	route := func(cluster string) []*routev3.Route {
-		return []*routev3.Route{{
-			Name:  "default",
-			Match: &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}},
-			Action: &routev3.Route_Route{Route: &routev3.RouteAction{
-				ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: cluster},
-				Timeout:          durationpb.New(0),
-			}},
-		}}
-	}
-	want := &routev3.RouteConfiguration{
-		Name: "80",
-		VirtualHosts: []*routev3.VirtualHost{
-			{
-				Name: "web.other.svc.cluster.local:80",
-				// "web" and "web:80" are claimed by web.other and web.shop:
-				// ambiguous, so neither gets them.
-				Domains: []string{
-					"web.other.svc.cluster.local", "web.other.svc.cluster.local:80",
-					"web.other.svc", "web.other.svc:80", "web.other", "web.other:80",
-				},
-				Routes: route("outbound|80||web.other.svc.cluster.local"),
-			},
-			{
-				Name: "web.shop.svc.cluster.local:80",
-				Domains: []string{
-					"web.shop.svc.cluster.local", "web.shop.svc.cluster.local:80",
-					"web.shop.svc", "web.shop.svc:80", "web.shop", "web.shop:80",
-				},
-				Routes: route("outbound|80||web.shop.svc.cluster.local"),
-			},
-		},
-	}
-	if diff := cmp.Diff(want, rc, protocmp.Transform()); diff != "" {
-		t.Errorf("route configuration (-want +got):\n%s", diff)
-	}
-
-	// An unambiguous short name is kept; domains are unique in every route
-	// configuration.
-	api := msg[*routev3.RouteConfiguration](t, generate(t, m, Envoy, resource.RouteType), "8080")
-	if d := api.VirtualHosts[0].Domains; !slices.Contains(d, "api") || !slices.Contains(d, "api:8080") {
-		t.Errorf("api domains %v lack the short name", d)
-	}
-	for _, r := range generate(t, m, Envoy, resource.RouteType).Resources {
-		seen := make(map[string]bool)
-		for _, vh := range r.Msg.(*routev3.RouteConfiguration).VirtualHosts {
-			for _, d := range vh.Domains {
-				if seen[d] {
-					t.Errorf("route %s: domain %q twice", r.Name, d)
-				}
-				seen[d] = true
-			}
-		}
-	}
-}
-
 func TestGRPCResources(t *testing.T) {
 	m := variedMesh(t)
 	const target = "web.shop.svc.cluster.local:9090"
@@ -425,7 +293,7 @@ func TestGRPCResources(t *testing.T) {
 		RouteSpecifier: &hcmv3.HttpConnectionManager_Rds{Rds: &hcmv3.Rds{ConfigSource: adsSourceWant(), RouteConfigName: target}},
 		HttpFilters:    []*hcmv3.HttpFilter{routerWant(t)},
 	}
-	if diff := cmp.Diff(wantHCM, hcm, protocmp.Transform()); diff != "" {
+	if diff := gocmp.Diff(wantHCM, hcm, protocmp.Transform()); diff != "" {
 		t.Errorf("API listener connection manager (-want +got):\n%s", diff)
 	}
 
@@ -442,7 +310,7 @@ func TestGRPCResources(t *testing.T) {
 			}},
 		}},
 	}
-	if diff := cmp.Diff(wantRC, rc, protocmp.Transform()); diff != "" {
+	if diff := gocmp.Diff(wantRC, rc, protocmp.Transform()); diff != "" {
 		t.Errorf("route configuration (-want +got):\n%s", diff)
 	}
 }
@@ -451,14 +319,18 @@ func TestClassify(t *testing.T) {
 	tests := []struct {
 		name, portName, appProtocol string
 		l4                          string
+		number                      int32
 		want                        protocol
 	}{
-		{name: "unnamed", want: protoHTTP},
-		{name: "unknown name", portName: "metrics", want: protoHTTP},
+		{name: "unnamed: sniffed", want: protoAuto},
+		{name: "unknown name: sniffed", portName: "metrics", want: protoAuto},
+		{name: "unknown name on a well-known TCP port", portName: "dns-tcp", number: 53, want: protoTCP},
+		{name: "unnamed on a well-known TCP port", number: 3306, want: protoTCP},
+		{name: "h2c is not a protocol name", portName: "h2c", want: protoAuto},
 		{name: "http", portName: "http", want: protoHTTP},
 		{name: "http- prefix", portName: "http-web", want: protoHTTP},
 		{name: "case-insensitive", portName: "HTTP2-x", want: protoHTTP2},
-		{name: "httpfoo is not http-", portName: "httpfoo", want: protoHTTP},
+		{name: "httpfoo is not http-", portName: "httpfoo", want: protoAuto},
 		{name: "grpc", portName: "grpc", want: protoHTTP2},
 		{name: "grpc-web", portName: "grpc-web", want: protoHTTP2},
 		{name: "grpc-web- prefix", portName: "grpc-web-x", want: protoHTTP2},
@@ -480,7 +352,7 @@ func TestClassify(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			p := appPort(tc.portName, tc.appProtocol, 80)
+			p := appPort(tc.portName, tc.appProtocol, cmp.Or(tc.number, int32(80)))
 			if tc.l4 != "" {
 				p.Protocol = corev1Protocol(tc.l4)
 			}

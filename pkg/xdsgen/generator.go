@@ -1,11 +1,11 @@
 package xdsgen
 
 import (
-	"errors"
 	"fmt"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+
 	"github.com/pilotwire/pilotwire/pkg/model"
 )
 
@@ -44,81 +44,6 @@ func TypeURLs() []string {
 	return []string{resource.ClusterType, resource.EndpointType, resource.ListenerType, resource.RouteType}
 }
 
-// memoKey names one generated type in the memo of a mesh or a service.
-// Keys are boxed once, here, so that memo lookups do not allocate. EDS is
-// the same for both generators, so its key has no generator.
-type memoKey struct {
-	gen     Generator
-	typeURL string
-}
-
-var (
-	keyEDS      any = memoKey{typeURL: resource.EndpointType}
-	keyEnvoyCDS any = memoKey{Envoy, resource.ClusterType}
-	keyEnvoyLDS any = memoKey{Envoy, resource.ListenerType}
-	keyEnvoyRDS any = memoKey{Envoy, resource.RouteType}
-	keyGRPCCDS  any = memoKey{GRPC, resource.ClusterType}
-	keyGRPCLDS  any = memoKey{GRPC, resource.ListenerType}
-	keyGRPCRDS  any = memoKey{GRPC, resource.RouteType}
-	keyEnvoyTCP any = memoKey{Envoy, "tcp-listeners"} // per service, part of keyEnvoyLDS
-)
-
-type setResult struct {
-	set *Set
-	err error
-}
-
-// Generate returns every resource of type typeURL that g produces for m.
-// Calling it again with the same mesh (or a mesh that differs only in Seq,
-// or, for types other than endpoints, only in endpoints) returns the same
-// *Set without generating anything. The Set is shared and read-only.
-//
-// Load assignments are identical for both generators: they carry what
-// gRPC needs (localities, weights, health) and Envoy accepts it.
-func Generate(m *model.Mesh, g Generator, typeURL string) (*Set, error) {
-	if m == nil {
-		return nil, errors.New("xdsgen: nil mesh")
-	}
-	var (
-		key   any
-		build func(*model.Mesh) (*Set, error)
-	)
-	switch {
-	case g != Envoy && g != GRPC:
-		return nil, fmt.Errorf("xdsgen: unknown generator %v", g)
-	case typeURL == resource.EndpointType:
-		key, build = keyEDS, endpointSet
-	case typeURL == resource.ClusterType && g == Envoy:
-		key, build = keyEnvoyCDS, envoyClusterSet
-	case typeURL == resource.ClusterType && g == GRPC:
-		key, build = keyGRPCCDS, grpcClusterSet
-	case typeURL == resource.ListenerType && g == Envoy:
-		key, build = keyEnvoyLDS, envoyListenerSet
-	case typeURL == resource.ListenerType && g == GRPC:
-		key, build = keyGRPCLDS, grpcListenerSet
-	case typeURL == resource.RouteType && g == Envoy:
-		key, build = keyEnvoyRDS, envoyRouteSet
-	case typeURL == resource.RouteType && g == GRPC:
-		key, build = keyGRPCRDS, grpcRouteSet
-	default:
-		return nil, fmt.Errorf("xdsgen: %v generator: unsupported type %q", g, typeURL)
-	}
-	f := func() any {
-		s, err := build(m)
-		return setResult{set: s, err: err}
-	}
-	var r setResult
-	if key == keyEDS {
-		r = m.Memo(key, f).(setResult)
-	} else {
-		r = m.ConfigMemo(key, f).(setResult)
-	}
-	if r.err != nil {
-		return nil, fmt.Errorf("xdsgen: %v %s: %w", g, typeURL, r.err)
-	}
-	return r.set, nil
-}
-
 type serviceResult struct {
 	resources []*Resource
 	err       error
@@ -129,6 +54,14 @@ type serviceResult struct {
 // the resources read endpoints. A name generated for two services keeps the
 // first in hostname order.
 func perService(m *model.Mesh, typeURL string, key any, endpoints bool, gen func(*model.Service) ([]*Resource, error)) (*Set, error) {
+	all, err := perServiceResources(m, key, endpoints, gen)
+	if err != nil {
+		return nil, err
+	}
+	return newSet(typeURL, all), nil
+}
+
+func perServiceResources(m *model.Mesh, key any, endpoints bool, gen func(*model.Service) ([]*Resource, error)) ([]*Resource, error) {
 	all := make([]*Resource, 0, len(m.Services))
 	for _, svc := range m.Services {
 		rs, err := serviceResources(svc, key, endpoints, gen)
@@ -137,7 +70,7 @@ func perService(m *model.Mesh, typeURL string, key any, endpoints bool, gen func
 		}
 		all = append(all, rs...)
 	}
-	return newSet(typeURL, all), nil
+	return all, nil
 }
 
 func serviceResources(svc *model.Service, key any, endpoints bool, gen func(*model.Service) ([]*Resource, error)) ([]*Resource, error) {
@@ -155,24 +88,4 @@ func serviceResources(svc *model.Service, key any, endpoints bool, gen func(*mod
 		return nil, fmt.Errorf("service %s: %w", svc.Hostname, r.err)
 	}
 	return r.resources, nil
-}
-
-// servedPorts calls fn for every port xDS is generated for: TCP ports of
-// services that are not ExternalName.
-func servedPorts(svc *model.Service, fn func(p *model.Port, proto protocol) error) error {
-	if svc.ExternalName != "" {
-		return nil // would need a DNS cluster; not generated yet
-	}
-	for _, p := range svc.Ports {
-		if proto := classify(p); proto != protoUnsupported {
-			if err := fn(p, proto); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
-func clusterName(svc *model.Service, p *model.Port) string {
-	return model.OutboundClusterName(p.Port, "", svc.Hostname)
 }

@@ -1,11 +1,14 @@
 package xdsgen
 
 import (
+	"net"
 	"strconv"
 
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+
 	"github.com/pilotwire/pilotwire/pkg/model"
 )
 
@@ -15,8 +18,61 @@ import (
 // router filter last (gRPC rejects anything else). Every TCP port of a
 // service is served, whatever its protocol: the client decides what to dial.
 
-func grpcListenerSet(m *model.Mesh) (*Set, error) {
-	return perService(m, resource.ListenerType, keyGRPCLDS, false, grpcListeners)
+// GRPCServerListenerPrefix starts the names of the listeners gRPC servers
+// ask for: a server listening on addr asks for the listener
+// GRPCServerListenerPrefix+addr (Istio's bootstrap sets the template
+// "xds.istio.io/grpc/lds/inbound/%s"; grpc-go has no default).
+const GRPCServerListenerPrefix = "xds.istio.io/grpc/lds/inbound/"
+
+// grpcListenerSet is the client listeners of every service, and, for a
+// proxy whose pod serves ports (in), a server listener per port for each
+// address a server may listen on: 0.0.0.0, [::] and the pod IP.
+func grpcListenerSet(m *model.Mesh, in *inbound, ip string) (*Set, error) {
+	all, err := perServiceResources(m, keyGRPCOut, false, grpcListeners)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range inboundPorts(in) {
+		for _, host := range []string{"0.0.0.0", "::", ip} {
+			l := grpcServerListener(host, p.target)
+			r, err := newResource(l.Name, l)
+			if err != nil {
+				return nil, err
+			}
+			all = append(all, r)
+		}
+	}
+	return newSet(resource.ListenerType, all), nil
+}
+
+// grpcServerListener is what a gRPC server listening on host:port serves
+// with: plaintext (pilotwire configures no mTLS), every RPC to the server
+// itself (non_forwarding_action), the router last.
+func grpcServerListener(host string, port int32) *listenerv3.Listener {
+	name := GRPCServerListenerPrefix + net.JoinHostPort(host, portString(port))
+	hcm := &hcmv3.HttpConnectionManager{
+		StatPrefix: "inbound_" + portString(port),
+		RouteSpecifier: &hcmv3.HttpConnectionManager_RouteConfig{RouteConfig: &routev3.RouteConfiguration{
+			Name: "inbound",
+			VirtualHosts: []*routev3.VirtualHost{{
+				Name:    "inbound|grpc|" + portString(port),
+				Domains: []string{"*"},
+				Routes: []*routev3.Route{{
+					Match:  &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}},
+					Action: &routev3.Route_NonForwardingAction{NonForwardingAction: &routev3.NonForwardingAction{}},
+				}},
+			}},
+		}},
+		HttpFilters: []*hcmv3.HttpFilter{routerFilter()},
+	}
+	return &listenerv3.Listener{
+		Name:    name,
+		Address: socketAddress(host, port),
+		FilterChains: []*listenerv3.FilterChain{{
+			Name:    "inbound-plaintext",
+			Filters: []*listenerv3.Filter{{Name: hcmFilterName, ConfigType: &listenerv3.Filter_TypedConfig{TypedConfig: mustAny(hcm)}}},
+		}},
+	}
 }
 
 func grpcRouteSet(m *model.Mesh) (*Set, error) {
@@ -34,7 +90,7 @@ func grpcTarget(svc *model.Service, p *model.Port) string {
 
 func grpcListeners(svc *model.Service) ([]*Resource, error) {
 	var out []*Resource
-	err := servedPorts(svc, func(p *model.Port, _ protocol) error {
+	err := meshPorts(svc, func(p *model.Port, _ protocol) error {
 		name := grpcTarget(svc, p)
 		l := &listenerv3.Listener{
 			Name:        name,
@@ -49,7 +105,7 @@ func grpcListeners(svc *model.Service) ([]*Resource, error) {
 
 func grpcRoutes(svc *model.Service) ([]*Resource, error) {
 	var out []*Resource
-	err := servedPorts(svc, func(p *model.Port, _ protocol) error {
+	err := meshPorts(svc, func(p *model.Port, _ protocol) error {
 		name := grpcTarget(svc, p)
 		rc := &routev3.RouteConfiguration{
 			Name: name,
@@ -68,7 +124,7 @@ func grpcRoutes(svc *model.Service) ([]*Resource, error) {
 
 func grpcClusters(svc *model.Service) ([]*Resource, error) {
 	var out []*Resource
-	err := servedPorts(svc, func(p *model.Port, _ protocol) error {
+	err := meshPorts(svc, func(p *model.Port, _ protocol) error {
 		name := clusterName(svc, p)
 		r, err := newResource(name, edsCluster(name))
 		out = append(out, r)

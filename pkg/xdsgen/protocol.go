@@ -3,8 +3,9 @@ package xdsgen
 import (
 	"strings"
 
-	"github.com/pilotwire/pilotwire/pkg/model"
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/pilotwire/pilotwire/pkg/model"
 )
 
 // protocol is how a sidecar treats a service port.
@@ -13,28 +14,40 @@ type protocol int
 const (
 	// protoUnsupported: not TCP (UDP, SCTP); no xDS is generated.
 	protoUnsupported protocol = iota
-	// protoHTTP: HTTP/1.1, and the default for unnamed and unknown ports.
+	// protoHTTP: HTTP/1.1 (http, http-*, kubernetes.io/ws).
 	protoHTTP
-	// protoHTTP2: HTTP/2 upstream (gRPC, gRPC-Web, HTTP/2, h2c).
+	// protoHTTP2: HTTP/2 upstream (grpc, grpc-web, http2, kubernetes.io/h2c).
 	protoHTTP2
-	// protoTCP: opaque TCP, proxied by destination address.
+	// protoTCP: opaque TCP, proxied by destination address (tcp, tls,
+	// https, mongo, mysql, redis, kubernetes.io/wss; unnamed ports on the
+	// well-known ports 25, 53, 3306 and 27017).
 	protoTCP
+	// protoAuto: the name says nothing; the protocol is sniffed per
+	// connection (HTTP inspector): HTTP gets an HTTP connection manager,
+	// anything else is proxied as TCP. Istio's "Unsupported".
+	protoAuto
 )
 
+// isHTTP reports whether the port is declared HTTP (not sniffed).
 func (p protocol) isHTTP() bool { return p == protoHTTP || p == protoHTTP2 }
+
+// httpOrSniffed reports whether HTTP may arrive on the port.
+func (p protocol) httpOrSniffed() bool { return p.isHTTP() || p == protoAuto }
+
+// wellKnownTCP are ports Istio treats as TCP when their name says nothing.
+var wellKnownTCP = map[int32]bool{25: true, 53: true, 3306: true, 27017: true}
 
 // classify applies Istio's protocol selection: appProtocol if set, else the
 // port name, whose prefix up to the first '-' names the protocol
-// (case-insensitive). Ports that name no known protocol are treated as HTTP.
-// TLS-carrying protocols (tls, https, wss) are opaque TCP: an HTTP connection
-// manager cannot read them.
+// (case-insensitive). A port naming no known protocol is sniffed, except on
+// the well-known TCP ports.
 func classify(p *model.Port) protocol {
 	if p.Protocol != corev1.ProtocolTCP {
 		return protoUnsupported
 	}
-	name := strings.ToLower(p.Name)
+	name := p.Name
 	if p.AppProtocol != "" {
-		name = strings.ToLower(p.AppProtocol)
+		name = p.AppProtocol
 		switch name {
 		case "kubernetes.io/h2c":
 			return protoHTTP2
@@ -44,6 +57,7 @@ func classify(p *model.Port) protocol {
 			return protoTCP
 		}
 	}
+	name = strings.ToLower(name)
 	if strings.HasPrefix(name, "grpc-web") {
 		return protoHTTP2
 	}
@@ -51,10 +65,13 @@ func classify(p *model.Port) protocol {
 	switch prefix {
 	case "http":
 		return protoHTTP
-	case "http2", "grpc", "h2c":
+	case "http2", "grpc":
 		return protoHTTP2
 	case "tcp", "tls", "https", "mongo", "mysql", "redis":
 		return protoTCP
 	}
-	return protoHTTP
+	if wellKnownTCP[p.Port] {
+		return protoTCP
+	}
+	return protoAuto
 }

@@ -5,11 +5,12 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/pilotwire/pilotwire/pkg/model"
-	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/pilotwire/pilotwire/pkg/model"
+	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
 )
 
 // Change records for tests that go through a model.Store.

@@ -5,8 +5,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/pilotwire/pilotwire/pkg/meshconfig"
+
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/google/go-cmp/cmp"
+
 	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
 )
 
@@ -105,11 +108,13 @@ func TestMemoization(t *testing.T) {
 		{name: "grpc EDS is the envoy EDS", gen: GRPC, typeURL: resource.EndpointType, wantMarshals: 0},
 		{name: "envoy CDS", gen: Envoy, typeURL: resource.ClusterType, wantMarshals: 20},
 		{name: "grpc CDS", gen: GRPC, typeURL: resource.ClusterType, wantMarshals: 20},
-		{name: "envoy LDS: two port listeners", gen: Envoy, typeURL: resource.ListenerType, wantMarshals: 2},
+		{name: "envoy LDS: two port listeners and virtualInbound", gen: Envoy, typeURL: resource.ListenerType, wantMarshals: 3},
 		{name: "envoy RDS: two route configs", gen: Envoy, typeURL: resource.RouteType, wantMarshals: 2},
 		{name: "grpc LDS", gen: GRPC, typeURL: resource.ListenerType, wantMarshals: 20},
 		{name: "grpc RDS", gen: GRPC, typeURL: resource.RouteType, wantMarshals: 20},
 	}
+	// The listeners and clusters every sidecar has are built once per process.
+	_, _ = virtualOutbound(meshconfig.AllowAny), staticClusters()
 	sets := make(map[genType]*Set)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

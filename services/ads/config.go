@@ -39,6 +39,7 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.TrustDomain, "trust-domain", svc.EnvString("PILOTWIRE_TRUST_DOMAIN", d.TrustDomain), "with --client-ca, the SPIFFE trust domain clients must have; empty accepts any (env PILOTWIRE_TRUST_DOMAIN)")
 	fs.Float64Var(&c.NewStreamRate, "new-stream-rate", float64(svc.EnvInt("PILOTWIRE_NEW_STREAM_RATE", int(d.NewStreamRate))), "new xDS streams admitted per second; the rest get ResourceExhausted; 0 disables (env PILOTWIRE_NEW_STREAM_RATE)")
 	fs.IntVar(&c.NewStreamBurst, "new-stream-burst", svc.EnvInt("PILOTWIRE_NEW_STREAM_BURST", d.NewStreamBurst), "burst of new streams admitted at once (env PILOTWIRE_NEW_STREAM_BURST)")
+	fs.StringVar(&c.MeshConfigPath, "mesh-config", svc.EnvString("PILOTWIRE_MESH_CONFIG", d.MeshConfigPath), "mesh config file in Istio's MeshConfig YAML shape, e.g. outboundTrafficPolicy: {mode: REGISTRY_ONLY}; empty uses Istio's defaults (ALLOW_ANY) (env PILOTWIRE_MESH_CONFIG)")
 }
 
 // withDefaults fills the fields whose zero value means the default: the

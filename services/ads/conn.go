@@ -247,6 +247,7 @@ func (c *conn) open(node *core.Node) error {
 	c.log = c.log.With("node", p.ID)
 	c.log.Info("connection opened", "namespace", p.Namespace, "generator", p.Generator, "delta", c.delta != nil)
 	c.s.metrics.connections.WithLabelValues(p.Version).Inc()
+	c.s.noteProxy(p, c.log)
 	c.s.addConn(c)
 	return nil
 }

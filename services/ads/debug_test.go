@@ -68,8 +68,8 @@ func TestDebugEndpoints(t *testing.T) {
 	if err := json.Unmarshal(dump["cds"], &cdsDump); err != nil {
 		t.Fatal(err)
 	}
-	if cdsDump.Version != cds.VersionInfo || len(cdsDump.Resources) != 1 {
-		t.Errorf("config_dump cds = version %s with %d resources, want %s with 1", cdsDump.Version, len(cdsDump.Resources), cds.VersionInfo)
+	if cdsDump.Version != cds.VersionInfo || len(cdsDump.Resources) != 4 { // a's cluster, passthrough and blackhole
+		t.Errorf("config_dump cds = version %s with %d resources, want %s with 4", cdsDump.Version, len(cdsDump.Resources), cds.VersionInfo)
 	}
 	if code := getJSON(t, f.http+"/debug/config_dump?proxyID=nobody", &dump); code != http.StatusNotFound {
 		t.Errorf("config_dump for an unknown proxy: status %d, want 404", code)

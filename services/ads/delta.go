@@ -111,7 +111,7 @@ func (w *watch) applyDelta(sub, unsub []string, first bool) (changed, resend boo
 // client has, and the removal of those it has that are gone. force sends a
 // response even when nothing differs (an answer to a subscription change).
 func (c *conn) respondDelta(mesh *model.Mesh, w *watch, force bool, pushID uint64) (bool, error) {
-	set, err := xdsgen.Generate(mesh, c.generator(), w.typeURL)
+	set, err := c.s.generate(mesh, c.proxy, w.typeURL)
 	if err != nil {
 		c.generateFailed(w, mesh, err)
 		return false, nil

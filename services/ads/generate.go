@@ -1,6 +1,7 @@
 package ads
 
 import (
+	"log/slog"
 	"sync"
 
 	resource "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
@@ -67,7 +68,7 @@ func (s *Server) build(m *model.Mesh, p *proxy, w *watch) (*response, error) {
 	if !w.wildcard && len(w.names) == 0 {
 		return &response{version: emptyVersion}, nil
 	}
-	set, err := xdsgen.Generate(m, generatorOf(p), w.typeURL)
+	set, err := s.generate(m, p, w.typeURL)
 	if err != nil {
 		return nil, err
 	}
@@ -131,14 +132,32 @@ func (c *responseCache) put(k respKey, r *response) {
 	c.m[k] = r
 }
 
+// generate returns the set of typeURL generated for proxy p: what it reads
+// of the proxy (type, pod IP, namespace) and the mesh config.
+func (s *Server) generate(m *model.Mesh, p *proxy, typeURL string) (*xdsgen.Set, error) {
+	xp := xdsgen.Proxy{Generator: generatorOf(p), IP: p.IP, Namespace: p.Namespace, Mesh: s.meshConfig}
+	if p.Type == ProxyRouter {
+		xp.Type = xdsgen.Router
+	}
+	return xdsgen.GenerateFor(m, xp, typeURL)
+}
+
+// noteProxy logs and counts the proxies pilotwire does not fully serve yet:
+// routers (gateways) get the outbound clusters and no listeners until
+// Gateway objects are translated.
+func (s *Server) noteProxy(p *proxy, log *slog.Logger) {
+	if p.Type == ProxyRouter {
+		s.metrics.routers.Inc()
+		log.Warn("router (gateway) connected: gateways are not translated yet, serving clusters only", "node", p.ID)
+	}
+}
+
 func generatorOf(p *proxy) xdsgen.Generator {
 	if p.Generator == GeneratorGRPC {
 		return xdsgen.GRPC
 	}
 	return xdsgen.Envoy
 }
-
-func (c *conn) generator() xdsgen.Generator { return generatorOf(c.proxy) }
 
 // generateFailed logs and counts a generation error; the connection keeps
 // what it has and gets the next change as usual.

@@ -30,6 +30,7 @@ type metrics struct {
 	reregistrations prometheus.Counter
 	doneErrors      prometheus.Counter
 	generateErrors  *prometheus.CounterVec
+	routers         prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -52,6 +53,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		badRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pilotwire_ads_bad_requests_total", Help: "Malformed xDS requests, by reason.",
 		}, []string{"reason"}),
+		routers: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pilotwire_ads_router_connections_total", Help: "Connections from routers (gateways), which get clusters only until gateways are translated.",
+		}),
 		badRecords: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "pilotwire_ads_bad_change_records_total", Help: "Change records the model could not decode or apply.",
 		}),
@@ -112,7 +116,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	marshals := prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "pilotwire_xds_marshals_total", Help: "xDS resources marshalled (once per resource version, shared by every proxy).",
 	}, func() float64 { return float64(xdsgen.Marshals()) })
-	reg.MustRegister(marshals, m.connections, m.pushes, m.rejects, m.expiredNonce, m.sendErrors, m.badRequests,
+	reg.MustRegister(marshals, m.routers, m.connections, m.pushes, m.rejects, m.expiredNonce, m.sendErrors, m.badRequests,
 		m.badRecords, m.appliedSeq, m.orders, m.ordersDropped, m.responseBytes, m.registryErrors,
 		m.deliveryDrops, m.admitRejects, m.convergence, m.pushTime, m.sendTime, m.configSize, m.deferred, m.reregistrations, m.doneErrors, m.generateErrors)
 	return m

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/pilotwire/pilotwire/pkg/bus"
+	"github.com/pilotwire/pilotwire/pkg/meshconfig"
 	"github.com/pilotwire/pilotwire/pkg/model"
 	"github.com/pilotwire/pilotwire/pkg/svc"
 	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
@@ -50,6 +51,9 @@ type Config struct {
 	// admitted (0: no limit); the rest get ResourceExhausted.
 	NewStreamRate  float64
 	NewStreamBurst int
+	// MeshConfigPath is a mesh config file in Istio's MeshConfig YAML shape
+	// (outboundTrafficPolicy); "" uses Istio's defaults. Read once, at start.
+	MeshConfigPath string
 	// OnListen, if set, is called with the bound ADS address (tests).
 	OnListen func(addr string)
 }
@@ -90,6 +94,10 @@ func Run(ctx context.Context, cfg Config, d svc.Deps) error {
 		return err
 	}
 
+	meshCfg, err := meshconfig.Load(cfg.MeshConfigPath)
+	if err != nil {
+		return err
+	}
 	m := newMetrics(d.Reg)
 	gate := newSeqGate()
 	store := model.NewStore()
@@ -101,6 +109,8 @@ func Run(ctx context.Context, cfg Config, d svc.Deps) error {
 		metrics: m,
 		drainCh: make(chan struct{}),
 		conns:   make(map[string]*conn),
+
+		meshConfig: meshCfg,
 	}
 	if d.HTTP != nil {
 		s.registerDebug(d.HTTP.Handle)

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/pilotwire/pilotwire/pkg/meshconfig"
+
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"golang.org/x/time/rate"
 	"google.golang.org/grpc/codes"
@@ -34,6 +36,9 @@ type Server struct {
 	limiter   *rate.Limiter  // nil: no admission limit
 	identity  *identityCheck // nil: no TLS identity check
 	responses responseCache  // shared by connections with alike watches
+
+	// set at construction; nil is Istio's defaults
+	meshConfig *meshconfig.MeshConfig
 
 	// guarded by mu
 	mu    sync.RWMutex

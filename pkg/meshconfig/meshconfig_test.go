@@ -1,0 +1,59 @@
+package meshconfig_test
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/pilotwire/pilotwire/pkg/meshconfig"
+)
+
+func TestParse(t *testing.T) {
+	tests := []struct {
+		name    string
+		yaml    string
+		want    meshconfig.Mode
+		wantErr bool
+	}{
+		{name: "empty file: Istio's default", yaml: "", want: meshconfig.AllowAny},
+		{name: "registry only", yaml: "outboundTrafficPolicy:\n  mode: REGISTRY_ONLY\n", want: meshconfig.RegistryOnly},
+		{name: "allow any", yaml: "outboundTrafficPolicy: {mode: ALLOW_ANY}\n", want: meshconfig.AllowAny},
+		{name: "other MeshConfig fields are ignored", yaml: "accessLogFile: /dev/stdout\ndefaultConfig:\n  holdApplicationUntilProxyStarts: true\noutboundTrafficPolicy:\n  mode: REGISTRY_ONLY\n", want: meshconfig.RegistryOnly},
+		{name: "unknown mode", yaml: "outboundTrafficPolicy: {mode: SOMETIMES}\n", wantErr: true},
+		{name: "not YAML", yaml: "outboundTrafficPolicy: [", wantErr: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := meshconfig.Parse([]byte(tc.yaml))
+			if tc.wantErr {
+				if err == nil {
+					t.Fatalf("Parse accepted %q", tc.yaml)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := c.OutboundMode(); got != tc.want {
+				t.Errorf("mode %s, want %s", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestLoad(t *testing.T) {
+	c, err := meshconfig.Load("")
+	if err != nil || c.OutboundMode() != meshconfig.AllowAny {
+		t.Fatalf("Load(\"\") = %v, %v; want the default", c, err)
+	}
+	path := filepath.Join(t.TempDir(), "mesh")
+	if err := os.WriteFile(path, []byte("outboundTrafficPolicy:\n  mode: REGISTRY_ONLY\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := meshconfig.Load(path); err != nil || c.OutboundMode() != meshconfig.RegistryOnly {
+		t.Fatalf("Load(%s) = %v, %v", path, c, err)
+	}
+	if _, err := meshconfig.Load(filepath.Join(t.TempDir(), "missing")); err == nil {
+		t.Fatal("Load of a missing file succeeded")
+	}
+}

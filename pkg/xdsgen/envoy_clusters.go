@@ -1,0 +1,260 @@
+package xdsgen
+
+import (
+	"math"
+	"strconv"
+	"sync"
+	"time"
+
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	httpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/pilotwire/pilotwire/pkg/model"
+)
+
+// Sidecar clusters, after Istio's cluster builder:
+//   - outbound|<port>||<host> per service port: EDS, ORIGINAL_DST for
+//     headless services (the client picks the pod), STRICT_DNS for
+//     ExternalName services (Envoy resolves the name; pilotwire never does);
+//   - PassthroughCluster (ORIGINAL_DST) for outbound traffic to unknown
+//     destinations, BlackHoleCluster (no endpoints) for traffic to drop;
+//   - inbound|<targetPort>|| per port the pod serves, and
+//     InboundPassthroughCluster for the other inbound ports: ORIGINAL_DST
+//     from 127.0.0.6, the source address Istio's iptables rules let through
+//     without redirecting it back to the proxy (Istio's default inbound
+//     traffic policy, PASSTHROUGH, sends to the pod IP, not 127.0.0.1).
+
+// Names of the clusters every sidecar gets, as in Istio.
+const (
+	PassthroughCluster        = "PassthroughCluster"
+	BlackHoleCluster          = "BlackHoleCluster"
+	InboundPassthroughCluster = "InboundPassthroughCluster"
+)
+
+// inboundBindIP is the source address of connections to the local
+// application: Istio's iptables rules do not redirect it again.
+const inboundBindIP = "127.0.0.6"
+
+func envoyClusterSet(m *model.Mesh, in *inbound) (*Set, error) {
+	all, err := perServiceResources(m, keyEnvoyCDS, false, envoyClusters)
+	if err != nil {
+		return nil, err
+	}
+	all = append(all, staticClusters()...)
+	for _, ip := range inboundPorts(in) {
+		c := inboundCluster(ip)
+		r, err := newResource(c.Name, c)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, r)
+	}
+	return newSet(resource.ClusterType, all), nil
+}
+
+// routerClusterSet is what a gateway gets until gateways are translated:
+// the outbound clusters and BlackHoleCluster (gateways have no original
+// destination listeners, so no passthrough), as Istio's gateway clusters.
+func routerClusterSet(m *model.Mesh) (*Set, error) {
+	all, err := perServiceResources(m, keyEnvoyCDS, false, envoyClusters)
+	if err != nil {
+		return nil, err
+	}
+	return newSet(resource.ClusterType, append(all, staticClusters()[0])), nil
+}
+
+func inboundPorts(in *inbound) []inboundPort {
+	if in == nil {
+		return nil
+	}
+	return in.ports
+}
+
+func envoyClusters(svc *model.Service) ([]*Resource, error) {
+	var out []*Resource
+	err := servedPorts(svc, func(p *model.Port, proto protocol) error {
+		name := clusterName(svc, p)
+		var c *clusterv3.Cluster
+		switch {
+		case svc.ExternalName != "":
+			c = dnsCluster(name, svc.ExternalName, p.Port)
+		case svc.Headless:
+			c = originalDstCluster(name)
+		default:
+			c = edsCluster(name)
+			c.EdsClusterConfig.EdsConfig = adsSourceNoTimeout()
+			c.LbPolicy = clusterv3.Cluster_LEAST_REQUEST
+		}
+		c.CircuitBreakers = defaultCircuitBreakers()
+		c.CommonLbConfig = &clusterv3.Cluster_CommonLbConfig{}
+		if opts := upstreamOptions(proto); opts != nil {
+			c.TypedExtensionProtocolOptions = map[string]*anypb.Any{httpOptionsKey: opts}
+		}
+		r, err := newResource(name, c)
+		out = append(out, r)
+		return err
+	})
+	return out, err
+}
+
+// upstreamOptions: HTTP/2 to HTTP/2 ports; the client's protocol to sniffed
+// ports (as Istio does for sidecars); nothing (HTTP/1.1 or TCP) otherwise.
+func upstreamOptions(proto protocol) *anypb.Any {
+	switch proto {
+	case protoHTTP2:
+		return http2Options()
+	case protoAuto:
+		return downstreamOptions()
+	}
+	return nil
+}
+
+func originalDstCluster(name string) *clusterv3.Cluster {
+	return &clusterv3.Cluster{
+		Name:                 name,
+		ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_ORIGINAL_DST},
+		ConnectTimeout:       durationpb.New(ConnectTimeout),
+		LbPolicy:             clusterv3.Cluster_CLUSTER_PROVIDED,
+	}
+}
+
+// dnsCluster sends to host:port, resolved by Envoy (IPv4, as Istio for
+// IPv4 proxies).
+func dnsCluster(name, host string, port int32) *clusterv3.Cluster {
+	return &clusterv3.Cluster{
+		Name:                 name,
+		ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_STRICT_DNS},
+		ConnectTimeout:       durationpb.New(ConnectTimeout),
+		LbPolicy:             clusterv3.Cluster_LEAST_REQUEST,
+		DnsLookupFamily:      clusterv3.Cluster_V4_ONLY,
+		LoadAssignment: &endpointv3.ClusterLoadAssignment{
+			ClusterName: name,
+			Endpoints: []*endpointv3.LocalityLbEndpoints{{
+				Locality: &corev3.Locality{},
+				LbEndpoints: []*endpointv3.LbEndpoint{{
+					HostIdentifier: &endpointv3.LbEndpoint_Endpoint{Endpoint: &endpointv3.Endpoint{
+						Address: socketAddress(host, port),
+					}},
+					LoadBalancingWeight: endpointWeight,
+				}},
+				LoadBalancingWeight: endpointWeight,
+			}},
+		},
+	}
+}
+
+// defaultCircuitBreakers raises Envoy's limits (1024 connections, pending
+// and active requests, 3 retries) to the maximum, as Istio does: Envoy's
+// defaults make busy clients fail with 503 UO.
+func defaultCircuitBreakers() *clusterv3.CircuitBreakers {
+	max := wrapperspb.UInt32(math.MaxUint32)
+	return &clusterv3.CircuitBreakers{Thresholds: []*clusterv3.CircuitBreakers_Thresholds{{
+		MaxConnections:     max,
+		MaxPendingRequests: max,
+		MaxRequests:        max,
+		MaxRetries:         max,
+		TrackRemaining:     true,
+	}}}
+}
+
+// staticClusters are BlackHoleCluster, PassthroughCluster and
+// InboundPassthroughCluster, in that order. Shared, read-only.
+var staticClusters = sync.OnceValue(func() []*Resource {
+	blackHole := &clusterv3.Cluster{
+		Name:                 BlackHoleCluster,
+		ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_STATIC},
+		ConnectTimeout:       durationpb.New(ConnectTimeout),
+		LbPolicy:             clusterv3.Cluster_ROUND_ROBIN,
+	}
+	passthrough := passthroughCluster(PassthroughCluster)
+	inbound := passthroughCluster(InboundPassthroughCluster)
+	inbound.UpstreamBindConfig = inboundBind()
+	var out []*Resource
+	for _, c := range []*clusterv3.Cluster{blackHole, passthrough, inbound} {
+		r, err := newResource(c.Name, c)
+		if err != nil {
+			panic("xdsgen: " + err.Error())
+		}
+		out = append(out, r)
+	}
+	return out
+})
+
+func passthroughCluster(name string) *clusterv3.Cluster {
+	c := originalDstCluster(name)
+	c.CircuitBreakers = defaultCircuitBreakers()
+	c.TypedExtensionProtocolOptions = map[string]*anypb.Any{httpOptionsKey: passthroughOptions()}
+	return c
+}
+
+func inboundBind() *corev3.BindConfig {
+	return &corev3.BindConfig{SourceAddress: &corev3.SocketAddress{
+		Address:       inboundBindIP,
+		PortSpecifier: &corev3.SocketAddress_PortValue{PortValue: 0},
+	}}
+}
+
+// maxCleanupInterval keeps inbound original-destination hosts for good, as
+// Istio (there is only ever one: the pod).
+var maxCleanupInterval = &durationpb.Duration{Seconds: 315576000000}
+
+// inboundCluster is inbound|<targetPort>||: to the application on the
+// connection's original destination (the pod IP and target port).
+func inboundCluster(ip inboundPort) *clusterv3.Cluster {
+	c := originalDstCluster(inboundClusterName(ip.target))
+	c.CleanupInterval = maxCleanupInterval
+	c.UpstreamBindConfig = inboundBind()
+	c.CircuitBreakers = defaultCircuitBreakers()
+	c.CommonLbConfig = &clusterv3.Cluster_CommonLbConfig{}
+	if opts := upstreamOptions(ip.proto); opts != nil {
+		c.TypedExtensionProtocolOptions = map[string]*anypb.Any{httpOptionsKey: opts}
+	}
+	return c
+}
+
+// http2Options makes a cluster speak HTTP/2 upstream. Shared, read-only.
+var http2Options = sync.OnceValue(func() *anypb.Any {
+	return mustAny(&httpv3.HttpProtocolOptions{
+		UpstreamProtocolOptions: &httpv3.HttpProtocolOptions_ExplicitHttpConfig_{
+			ExplicitHttpConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig{
+				ProtocolConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig_Http2ProtocolOptions{
+					Http2ProtocolOptions: &corev3.Http2ProtocolOptions{},
+				},
+			},
+		},
+	})
+})
+
+func useDownstream() *httpv3.HttpProtocolOptions_UseDownstreamProtocolConfig {
+	return &httpv3.HttpProtocolOptions_UseDownstreamProtocolConfig{
+		UseDownstreamProtocolConfig: &httpv3.HttpProtocolOptions_UseDownstreamHttpConfig{
+			HttpProtocolOptions:  &corev3.Http1ProtocolOptions{},
+			Http2ProtocolOptions: &corev3.Http2ProtocolOptions{},
+		},
+	}
+}
+
+// downstreamOptions: upstream HTTP/1.1 or HTTP/2 as the client spoke.
+var downstreamOptions = sync.OnceValue(func() *anypb.Any {
+	return mustAny(&httpv3.HttpProtocolOptions{UpstreamProtocolOptions: useDownstream()})
+})
+
+// passthroughOptions: the client's protocol, and idle connections closed
+// after 5 minutes, as Istio's passthrough clusters.
+var passthroughOptions = sync.OnceValue(func() *anypb.Any {
+	return mustAny(&httpv3.HttpProtocolOptions{
+		CommonHttpProtocolOptions: &corev3.HttpProtocolOptions{IdleTimeout: durationpb.New(5 * time.Minute)},
+		UpstreamProtocolOptions:   useDownstream(),
+	})
+})
+
+func portString(p int32) string { return strconv.Itoa(int(p)) }
+
+// inboundClusterName is Istio's inbound|<targetPort>||.
+func inboundClusterName(target int32) string { return "inbound|" + portString(target) + "||" }

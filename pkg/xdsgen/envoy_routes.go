@@ -1,0 +1,212 @@
+package xdsgen
+
+import (
+	"slices"
+
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/pilotwire/pilotwire/pkg/meshconfig"
+	"github.com/pilotwire/pilotwire/pkg/model"
+)
+
+// Sidecar route configurations, after Istio's:
+//   - <port> for each HTTP listener 0.0.0.0_<port>: a virtual host
+//     <host>:<port> per service with an HTTP or sniffed port <port>, whose
+//     domains are the names a client in the proxy's namespace may use (the
+//     hostname; name.ns and name.ns.svc; the bare name in the service's own
+//     namespace; for headless services the same under "*."), and the
+//     cluster IP. Ports in the Host header are ignored
+//     (ignore_port_in_host_matching), so "10.0.0.1:8080" matches
+//     "10.0.0.1". Last comes the catch-all host "*": allow_any to
+//     PassthroughCluster, or block_all answering 502 under REGISTRY_ONLY.
+//   - <host>:<port> for a sniffed port: one virtual host, "*", to the
+//     service (its listener already matched the destination).
+
+type routeKey struct {
+	port int32
+	ns   string
+	mode meshconfig.Mode
+}
+
+type vhostKey struct {
+	port int32
+	same bool // the client is in the service's namespace
+}
+
+type resourceResult struct {
+	r   *Resource
+	err error
+}
+
+func envoyRouteSet(m *model.Mesh, ns string, mode meshconfig.Mode) (*Set, error) {
+	byPort := portNamespaces(m)
+	var all []*Resource
+	for _, port := range httpPorts(m) {
+		// A route configuration reads the namespace only when a service of
+		// that namespace has the port: other namespaces share one.
+		key := routeKey{port: port, mode: mode}
+		if byPort[port][ns] {
+			key.ns = ns
+		}
+		r := m.ConfigMemo(key, func() any {
+			r, err := portRoute(m, key)
+			return resourceResult{r, err}
+		}).(resourceResult)
+		if r.err != nil {
+			return nil, r.err
+		}
+		all = append(all, r.r)
+	}
+	sniffed, err := perServiceResources(m, keySniffedRoute, false, sniffedRoutes)
+	if err != nil {
+		return nil, err
+	}
+	return newSet(resource.RouteType, append(all, sniffed...)), nil
+}
+
+// portNamespaces maps each port to the namespaces with a service having it
+// as an HTTP or sniffed port.
+func portNamespaces(m *model.Mesh) map[int32]map[string]bool {
+	return m.ConfigMemo(keyPortNamespaces, func() any {
+		out := make(map[int32]map[string]bool)
+		for _, svc := range m.Services {
+			_ = servedPorts(svc, func(p *model.Port, proto protocol) error {
+				if proto.httpOrSniffed() {
+					if out[p.Port] == nil {
+						out[p.Port] = make(map[string]bool)
+					}
+					out[p.Port][svc.Namespace] = true
+				}
+				return nil
+			})
+		}
+		return out
+	}).(map[int32]map[string]bool)
+}
+
+var keyPortNamespaces any = memoKey{Envoy, "port-namespaces"}
+
+func portRoute(m *model.Mesh, key routeKey) (*Resource, error) {
+	rc := &routev3.RouteConfiguration{
+		Name:                           portString(key.port),
+		ValidateClusters:               wrapperspb.Bool(false),
+		MaxDirectResponseBodySizeBytes: wrapperspb.UInt32(1 << 20),
+		IgnorePortInHostMatching:       true,
+	}
+	claimed := make(map[string]bool)
+	for _, svc := range m.Services {
+		_ = servedPorts(svc, func(p *model.Port, proto protocol) error {
+			if p.Port != key.port || !proto.httpOrSniffed() {
+				return nil
+			}
+			vh := serviceVirtualHost(svc, p, svc.Namespace == key.ns)
+			// Envoy rejects a domain twice in one configuration: the first
+			// service by hostname keeps it.
+			if slices.ContainsFunc(vh.Domains, func(d string) bool { return claimed[d] }) {
+				vh = &routev3.VirtualHost{
+					Name:    vh.Name,
+					Domains: slices.DeleteFunc(slices.Clone(vh.Domains), func(d string) bool { return claimed[d] }),
+					Routes:  vh.Routes,
+				}
+			}
+			for _, d := range vh.Domains {
+				claimed[d] = true
+			}
+			if len(vh.Domains) > 0 {
+				rc.VirtualHosts = append(rc.VirtualHosts, vh)
+			}
+			return nil
+		})
+	}
+	rc.VirtualHosts = append(rc.VirtualHosts, catchAllHost(key.mode))
+	return newResource(rc.Name, rc)
+}
+
+// serviceVirtualHost is memoised per service, port and whether the client
+// shares the service's namespace. Read-only.
+func serviceVirtualHost(svc *model.Service, p *model.Port, same bool) *routev3.VirtualHost {
+	return svc.ConfigMemo(vhostKey{p.Port, same}, func() any {
+		return &routev3.VirtualHost{
+			Name:    svc.Hostname + ":" + portString(p.Port),
+			Domains: serviceDomains(svc, same),
+			Routes:  []*routev3.Route{defaultRoute(clusterName(svc, p), noTimeout)},
+		}
+	}).(*routev3.VirtualHost)
+}
+
+// noTimeout disables Envoy's default 15s route timeout, as Istio does.
+var noTimeout = durationpb.New(0)
+
+// serviceDomains returns the names a client may use for a service, as
+// Istio: the hostname; name.ns and name.ns.svc; the bare name from the
+// service's own namespace; for headless services each of these under "*."
+// (pod-0.db.ns...); the cluster IP.
+func serviceDomains(svc *model.Service, sameNamespace bool) []string {
+	nsName := svc.Name + "." + svc.Namespace
+	out := []string{svc.Hostname}
+	if sameNamespace {
+		out = append(out, svc.Name, nsName+".svc", nsName)
+	} else {
+		out = append(out, nsName, nsName+".svc")
+	}
+	if svc.Headless {
+		for _, d := range slices.Clone(out) {
+			out = append(out, "*."+d)
+		}
+	}
+	if svc.ClusterIP != "" {
+		out = append(out, svc.ClusterIP)
+	}
+	return out
+}
+
+// catchAllHost takes requests for hosts no service has.
+func catchAllHost(mode meshconfig.Mode) *routev3.VirtualHost {
+	if mode == meshconfig.RegistryOnly {
+		return &routev3.VirtualHost{
+			Name:    "block_all",
+			Domains: []string{"*"},
+			Routes: []*routev3.Route{{
+				Name:   "block_all",
+				Match:  &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}},
+				Action: &routev3.Route_DirectResponse{DirectResponse: &routev3.DirectResponseAction{Status: 502}},
+			}},
+		}
+	}
+	r := defaultRoute(PassthroughCluster, noTimeout)
+	r.Name = "allow_any"
+	return &routev3.VirtualHost{Name: "allow_any", Domains: []string{"*"}, Routes: []*routev3.Route{r}}
+}
+
+// sniffedRoutes returns the route configurations of a service's sniffed
+// ports that have a listener (cluster IP or headless).
+func sniffedRoutes(svc *model.Service) ([]*Resource, error) {
+	if svc.ClusterIP == "" && !svc.Headless {
+		return nil, nil
+	}
+	var out []*Resource
+	err := meshPorts(svc, func(p *model.Port, proto protocol) error {
+		if proto != protoAuto {
+			return nil
+		}
+		name := sniffedRouteName(svc, p)
+		rc := &routev3.RouteConfiguration{
+			Name: name,
+			VirtualHosts: []*routev3.VirtualHost{{
+				Name:    name,
+				Domains: []string{"*"},
+				Routes:  []*routev3.Route{defaultRoute(clusterName(svc, p), noTimeout)},
+			}},
+			ValidateClusters:               wrapperspb.Bool(false),
+			MaxDirectResponseBodySizeBytes: wrapperspb.UInt32(1 << 20),
+			IgnorePortInHostMatching:       true,
+		}
+		r, err := newResource(name, rc)
+		out = append(out, r)
+		return err
+	})
+	return out, err
+}

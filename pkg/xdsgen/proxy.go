@@ -1,0 +1,270 @@
+package xdsgen
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+
+	"github.com/pilotwire/pilotwire/pkg/meshconfig"
+	"github.com/pilotwire/pilotwire/pkg/model"
+)
+
+// NodeType is the kind of proxy, from the first field of an Istio node id.
+type NodeType uint8
+
+const (
+	// Sidecar is a proxy next to a workload (node id "sidecar~..."), and
+	// every proxyless gRPC client.
+	Sidecar NodeType = iota
+	// Router is a gateway (node id "router~..."). Gateways are not
+	// translated yet: a router gets the outbound clusters only.
+	Router
+)
+
+// Proxy is what generation needs to know about a client. Two proxies with
+// equal fields get the same *Set; proxies that differ only in what does
+// not change their output (the IP of two pods backing the same services,
+// the namespace for types that do not read it) share sets too.
+type Proxy struct {
+	Generator Generator
+	Type      NodeType
+	// IP is the proxy's pod IP (node id field 2): the services the pod backs
+	// (their endpoints with this address) give its inbound listeners and
+	// clusters. "" has none.
+	IP string
+	// Namespace is the proxy's namespace: short host names ("web",
+	// "web.ns") resolve in it.
+	Namespace string
+	// Mesh holds the mesh-wide settings; nil is Istio's defaults.
+	Mesh *meshconfig.MeshConfig
+}
+
+// Generate returns every resource of type typeURL that g produces for m,
+// for a proxy that backs no service, in no namespace, under the default
+// mesh config. See [GenerateFor].
+func Generate(m *model.Mesh, g Generator, typeURL string) (*Set, error) {
+	return GenerateFor(m, Proxy{Generator: g}, typeURL)
+}
+
+// GenerateFor returns every resource of type typeURL generated for proxy p
+// from m. Calling it again with the same mesh (or a mesh that differs only
+// in Seq, or, for types that do not read endpoints, only in endpoints) and
+// an alike proxy returns the same *Set without generating anything. The Set
+// is shared and read-only.
+//
+// Load assignments are identical for both generators: they carry what
+// gRPC needs (localities, weights, health) and Envoy accepts it.
+func GenerateFor(m *model.Mesh, p Proxy, typeURL string) (*Set, error) {
+	if m == nil {
+		return nil, errors.New("xdsgen: nil mesh")
+	}
+	if p.Generator != Envoy && p.Generator != GRPC {
+		return nil, fmt.Errorf("xdsgen: unknown generator %v", p.Generator)
+	}
+	set, err := generateFor(m, p, typeURL)
+	if err != nil {
+		return nil, fmt.Errorf("xdsgen: %v %s: %w", p.Generator, typeURL, err)
+	}
+	return set, nil
+}
+
+func generateFor(m *model.Mesh, p Proxy, typeURL string) (*Set, error) {
+	mode := p.Mesh.OutboundMode()
+	switch {
+	case typeURL == resource.EndpointType:
+		return memoSet(m, keyEDS, true, func() (*Set, error) { return endpointSet(m) })
+	case p.Generator == GRPC && typeURL == resource.ClusterType:
+		return memoSet(m, keyGRPCCDS, false, func() (*Set, error) { return grpcClusterSet(m) })
+	case p.Generator == GRPC && typeURL == resource.RouteType:
+		return memoSet(m, keyGRPCRDS, false, func() (*Set, error) { return grpcRouteSet(m) })
+	case p.Generator == GRPC && typeURL == resource.ListenerType:
+		in := inboundFor(m, p.IP)
+		if in == nil {
+			return memoSet(m, keyGRPCLDS, false, func() (*Set, error) { return grpcListenerSet(m, nil, "") })
+		}
+		key := proxyKey{gen: GRPC, typeURL: typeURL, inbound: in.grpcKey, ip: p.IP}
+		return memoSet(m, key, false, func() (*Set, error) { return grpcListenerSet(m, in, p.IP) })
+	case p.Generator != Envoy:
+	case p.Type == Router && typeURL == resource.ClusterType:
+		return memoSet(m, keyRouterCDS, false, func() (*Set, error) { return routerClusterSet(m) })
+	case p.Type == Router && (typeURL == resource.ListenerType || typeURL == resource.RouteType):
+		return emptySet(typeURL), nil
+	case typeURL == resource.ClusterType:
+		in := inboundFor(m, p.IP)
+		key := proxyKey{gen: Envoy, typeURL: typeURL, inbound: in.envoyKey()}
+		return memoSet(m, key, false, func() (*Set, error) { return envoyClusterSet(m, in) })
+	case typeURL == resource.ListenerType:
+		in := inboundFor(m, p.IP)
+		key := proxyKey{gen: Envoy, typeURL: typeURL, mode: mode, inbound: in.envoyKey()}
+		// Listeners of headless services follow their endpoints.
+		return memoSet(m, key, hasHeadlessListeners(m), func() (*Set, error) { return envoyListenerSet(m, in, mode) })
+	case typeURL == resource.RouteType:
+		key := proxyKey{gen: Envoy, typeURL: typeURL, mode: mode, ns: p.Namespace}
+		return memoSet(m, key, false, func() (*Set, error) { return envoyRouteSet(m, p.Namespace, mode) })
+	}
+	return nil, fmt.Errorf("unsupported type %q", typeURL)
+}
+
+// memoKey names one generated type in the memo of a mesh or a service.
+// Fixed keys are boxed once, here, so that their lookups do not allocate.
+// EDS is the same for both generators, so its key has no generator.
+type memoKey struct {
+	gen     Generator
+	typeURL string
+}
+
+// proxyKey names a set that depends on the proxy: its inbound side (a
+// description of the ports it serves, not its IP, so that pods backing
+// the same services share), its namespace and the mesh's outbound mode.
+type proxyKey struct {
+	gen     Generator
+	typeURL string
+	mode    meshconfig.Mode
+	ns      string
+	inbound string
+	ip      string
+}
+
+var (
+	keyEDS          any = memoKey{typeURL: resource.EndpointType}
+	keyGRPCCDS      any = memoKey{GRPC, resource.ClusterType}
+	keyGRPCLDS      any = memoKey{GRPC, resource.ListenerType}
+	keyGRPCRDS      any = memoKey{GRPC, resource.RouteType}
+	keyRouterCDS    any = memoKey{Envoy, "router-clusters"}
+	keyEnvoyCDS     any = memoKey{Envoy, resource.ClusterType}     // per service
+	keyEnvoyTCP     any = memoKey{Envoy, "tcp-listeners"}          // per service
+	keyHeadless     any = memoKey{Envoy, "headless-listeners"}     // per service, reads endpoints
+	keyHeadlessAny  any = memoKey{Envoy, "has-headless-listeners"} // per mesh
+	keySniffedRoute any = memoKey{Envoy, "sniffed-routes"}         // per service
+	keyInboundIndex any = memoKey{Envoy, "inbound-index"}          // per mesh, reads endpoints
+	keyHTTPPorts    any = memoKey{Envoy, "http-ports"}             // per mesh
+	keyGRPCOut      any = memoKey{GRPC, "outbound-listeners"}      // per service
+)
+
+type setResult struct {
+	set *Set
+	err error
+}
+
+// memoSet memoises a set on the mesh: on its config memo unless the set
+// reads endpoints.
+func memoSet(m *model.Mesh, key any, endpoints bool, build func() (*Set, error)) (*Set, error) {
+	f := func() any {
+		s, err := build()
+		return setResult{set: s, err: err}
+	}
+	var r setResult
+	if endpoints {
+		r = m.Memo(key, f).(setResult)
+	} else {
+		r = m.ConfigMemo(key, f).(setResult)
+	}
+	return r.set, r.err
+}
+
+// emptySets holds an empty set per type. Shared, read-only.
+var emptySets = func() map[string]*Set {
+	out := make(map[string]*Set)
+	for _, t := range TypeURLs() {
+		out[t] = newSet(t, nil)
+	}
+	return out
+}()
+
+func emptySet(typeURL string) *Set { return emptySets[typeURL] }
+
+// inboundPort is one port the proxy's pod serves: an endpoint of a service
+// port with the pod's address.
+type inboundPort struct {
+	target int32 // the endpoint's port: what the application listens on
+	svc    *model.Service
+	port   *model.Port
+	proto  protocol
+}
+
+// inbound is what a pod serves, by target port (unique: the first service
+// by hostname wins a port two services share, as in Istio).
+type inbound struct {
+	ports []inboundPort
+	// envoy and grpc name the content the generators read, so that pods
+	// backing the same service ports share sets.
+	envoy, grpcKey string
+}
+
+func (in *inbound) envoyKey() string {
+	if in == nil {
+		return ""
+	}
+	return in.envoy
+}
+
+// inboundFor returns what the pod with IP ip serves, or nil.
+func inboundFor(m *model.Mesh, ip string) *inbound {
+	if ip == "" {
+		return nil
+	}
+	idx := m.Memo(keyInboundIndex, func() any { return buildInboundIndex(m) }).(map[string]*inbound)
+	return idx[ip]
+}
+
+// buildInboundIndex maps every endpoint address to what it serves.
+func buildInboundIndex(m *model.Mesh) map[string]*inbound {
+	idx := make(map[string]*inbound)
+	for _, svc := range m.Services {
+		_ = servedPorts(svc, func(p *model.Port, proto protocol) error {
+			for _, ep := range p.Endpoints {
+				in := idx[ep.Address]
+				if in == nil {
+					in = &inbound{}
+					idx[ep.Address] = in
+				}
+				in.ports = append(in.ports, inboundPort{target: ep.Port, svc: svc, port: p, proto: proto})
+			}
+			return nil
+		})
+	}
+	for _, in := range idx {
+		// Stable: services come sorted by hostname, so the first kept for a
+		// target port is the first by hostname.
+		slices.SortStableFunc(in.ports, func(a, b inboundPort) int { return cmp.Compare(a.target, b.target) })
+		in.ports = slices.CompactFunc(in.ports, func(a, b inboundPort) bool { return a.target == b.target })
+		var e, g strings.Builder
+		for _, ip := range in.ports {
+			fmt.Fprintf(&e, "%d/%d/%d,", ip.target, ip.proto, ip.port.Port)
+			g.WriteString(strconv.Itoa(int(ip.target)) + ",")
+		}
+		in.envoy, in.grpcKey = e.String(), g.String()
+	}
+	return idx
+}
+
+// servedPorts calls fn for every port xDS is generated for: the TCP ports
+// of a service.
+func servedPorts(svc *model.Service, fn func(p *model.Port, proto protocol) error) error {
+	for _, p := range svc.Ports {
+		if proto := classify(p); proto != protoUnsupported {
+			if err := fn(p, proto); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// meshPorts calls fn for the served ports of services that are not
+// ExternalName: those with endpoints.
+func meshPorts(svc *model.Service, fn func(p *model.Port, proto protocol) error) error {
+	if svc.ExternalName != "" {
+		return nil
+	}
+	return servedPorts(svc, fn)
+}
+
+func clusterName(svc *model.Service, p *model.Port) string {
+	return model.OutboundClusterName(p.Port, "", svc.Hostname)
+}

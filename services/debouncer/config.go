@@ -31,6 +31,8 @@ type Config struct {
 	// (--max-ack-pending, env PILOTWIRE_DEBOUNCE_MAX_ACK_PENDING, default
 	// 200000).
 	MaxAckPending int
+
+	hooks *testHooks // tests only
 }
 
 // DefaultConfig is the configuration every flag defaults to; Run also takes

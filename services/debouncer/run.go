@@ -81,6 +81,11 @@ func (a *active) resume(ctx context.Context) (jetstream.Consumer, []*pb.SeqRange
 		if err := a.changes.DeleteConsumer(ctx, a.names.DebouncerConsumer()); err != nil {
 			return nil, nil, fmt.Errorf("reset debouncer consumer: %w", err)
 		}
+		if h := a.cfg.hooks; h != nil && h.afterConsumerDelete != nil {
+			if err := h.afterConsumerDelete(); err != nil {
+				return nil, nil, err
+			}
+		}
 	} else if !errors.Is(err, jetstream.ErrConsumerNotFound) {
 		return nil, nil, fmt.Errorf("debouncer consumer: %w", err)
 	}
@@ -189,17 +194,14 @@ func (a *active) run(ctx context.Context) error {
 
 	toWrite := make(chan emitted, 1)
 	written := make(chan emitted, 1)
-	w := &requestWriter{js: a.js, subject: a.names.PushesSubject(), log: a.log, m: a.m}
+	w := &requestWriter{js: a.js, subject: a.names.PushesSubject(), log: a.log, m: a.m, hooks: a.cfg.hooks}
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		w.run(loopCtx, toWrite, written)
 	}()
 
-	l := &loop{deb: debounce.New(a.cfg.Debounce), held: make(map[uint64]jetstream.Msg), covered: covered, log: a.log, m: a.m, toWrite: toWrite, endpoints: newEndpointIndex()}
-	for _, r := range covered {
-		l.maxCovered = max(l.maxCovered, r.GetLast())
-	}
+	l := newLoop(a.cfg.Debounce, covered, a.log, a.m, toWrite)
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	defer timer.Stop()
@@ -230,6 +232,16 @@ type loop struct {
 	m          *metrics
 	toWrite    chan<- emitted
 	armed      time.Time
+}
+
+// newLoop returns the loop's state after a take-over that found covered
+// ranges above the ack floor.
+func newLoop(dcfg debounce.Config, covered []*pb.SeqRange, log *slog.Logger, m *metrics, toWrite chan<- emitted) *loop {
+	l := &loop{deb: debounce.New(dcfg), held: make(map[uint64]jetstream.Msg), covered: covered, log: log, m: m, toWrite: toWrite, endpoints: newEndpointIndex()}
+	for _, r := range covered {
+		l.maxCovered = max(l.maxCovered, r.GetLast())
+	}
+	return l
 }
 
 func (l *loop) add(msg jetstream.Msg, now time.Time) {

@@ -31,6 +31,7 @@ type requestWriter struct {
 	subject string
 	log     *slog.Logger
 	m       *metrics
+	hooks   *testHooks
 }
 
 func (w *requestWriter) run(ctx context.Context, in <-chan emitted, out chan<- emitted) {
@@ -64,7 +65,11 @@ func (w *requestWriter) write(ctx context.Context, e emitted) error {
 		Log: w.log, Msg: "publish push request, retrying", Attrs: []any{"through_seq", pr.GetThroughSeq()},
 		Failures: w.m.publishErrors,
 	}, func() error {
-		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		pubCtx := ctx
+		if w.hooks != nil && w.hooks.publishCtx != nil {
+			pubCtx = w.hooks.publishCtx(ctx)
+		}
+		pctx, cancel := context.WithTimeout(pubCtx, 5*time.Second)
 		defer cancel()
 		ack, err := w.js.Publish(pctx, w.subject, b, jetstream.WithMsgID(msgID))
 		if err != nil {

@@ -271,3 +271,20 @@ func waitPublished(ctx context.Context, t *testing.T, js jetstream.JetStream) {
 		t.Fatal("publishes not acknowledged")
 	}
 }
+
+// waitStored fails the test unless the change stream holds n records
+// (an async publish whose ack timed out may not have been stored).
+func waitStored(ctx context.Context, t *testing.T, js jetstream.JetStream, n uint64) {
+	t.Helper()
+	s, err := js.Stream(ctx, names.ChangesStream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != n {
+		t.Fatalf("change stream holds %d records, want %d", info.State.Msgs, n)
+	}
+}

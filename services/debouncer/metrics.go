@@ -13,6 +13,7 @@ type metrics struct {
 	consumeErrors  prometheus.Counter
 	publishErrors  prometheus.Counter
 	published      prometheus.Counter
+	oversized      *prometheus.CounterVec
 	lastThroughSeq prometheus.Gauge
 	leader         prometheus.Gauge
 }
@@ -50,6 +51,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		publishErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "pilotwire_debounce_publish_errors_total", Help: "Failed PushRequest publishes (retried).",
 		}),
+		oversized: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pilotwire_debounce_oversized_requests_total",
+			Help: "PushRequests over the size bound, sent as full pushes without keys; how: keys (dropped), joined (also covered ranges joined), range (covered made one range).",
+		}, []string{"how"}),
 		published: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "pilotwire_debounce_push_requests_total", Help: "PushRequests published.",
 		}),
@@ -61,6 +66,6 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 	}
 	reg.MustRegister(m.leader, m.debounceTime, m.inbound, m.triggers, m.merged, m.pending, m.skipped, m.badRecords,
-		m.consumeErrors, m.publishErrors, m.published, m.lastThroughSeq)
+		m.consumeErrors, m.publishErrors, m.published, m.oversized, m.lastThroughSeq)
 	return m
 }

@@ -47,10 +47,15 @@ func Run(ctx context.Context, cfg Config, d svc.Deps) error {
 	if err != nil {
 		return err
 	}
-	a := &active{cfg: cfg, names: names, js: d.JS, changes: changes, pushes: pushes, log: d.Log, m: m}
+	var maxPayload int64
+	if d.NC != nil {
+		maxPayload = d.NC.MaxPayload()
+	}
+	maxBytes := requestBound(cfg.MaxRequestBytes, maxPayload, pushes.CachedInfo().Config.MaxMsgSize)
+	a := &active{cfg: cfg, names: names, js: d.JS, changes: changes, pushes: pushes, log: d.Log, m: m, maxBytes: maxBytes}
 	el := &lease.Elector{KV: leases, Key: "debouncer", Holder: cfg.ID, TTL: cfg.LeaseTTL, Log: d.Log, Leader: m.leader}
 	d.Health.SetReady()
-	d.Log.Info("debouncer ready", "id", cfg.ID, "debounce_after", cfg.Debounce.DebounceAfter,
+	d.Log.Info("debouncer ready", "id", cfg.ID, "max_request_bytes", maxBytes, "debounce_after", cfg.Debounce.DebounceAfter,
 		"debounce_max", cfg.Debounce.DebounceMax, "eds_debounce", cfg.Debounce.EnableEDSDebounce)
 	return el.Run(ctx, a.run)
 }
@@ -64,6 +69,8 @@ type active struct {
 	pushes  jetstream.Stream
 	log     *slog.Logger
 	m       *metrics
+	// maxBytes bounds one PushRequest (requestBound).
+	maxBytes int
 }
 
 // resume prepares a fresh start from where the durable consumer stands: it
@@ -202,6 +209,7 @@ func (a *active) run(ctx context.Context) error {
 	}()
 
 	l := newLoop(a.cfg.Debounce, covered, a.log, a.m, toWrite)
+	l.maxBytes = a.maxBytes
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	defer timer.Stop()
@@ -232,6 +240,7 @@ type loop struct {
 	m          *metrics
 	toWrite    chan<- emitted
 	armed      time.Time
+	maxBytes   int // bound on one PushRequest
 }
 
 // newLoop returns the loop's state after a take-over that found covered
@@ -282,7 +291,13 @@ func (l *loop) tick(now time.Time) {
 }
 
 func (l *loop) emit(req *debounce.Request, now time.Time) {
-	e := emitted{req: req, msgs: make([]jetstream.Msg, 0, len(req.Seqs))}
+	e := emitted{req: req, pr: toProto(req), msgs: make([]jetstream.Msg, 0, len(req.Seqs))}
+	size := proto.Size(e.pr)
+	if how := fit(e.pr, l.maxBytes, l.carried); how != fitNone {
+		l.m.oversized.WithLabelValues(how).Inc()
+		l.log.Warn("push request over the size bound: sent as a full push without keys",
+			"through_seq", req.ThroughSeq, "bytes", size, "max_bytes", l.maxBytes, "keys", len(req.ConfigKeys), "covered_ranges", len(e.pr.GetCovered()), "how", how)
+	}
 	for _, s := range req.Seqs {
 		if msg, ok := l.held[s]; ok {
 			e.msgs = append(e.msgs, msg)
@@ -310,6 +325,14 @@ func (l *loop) done(e emitted, now time.Time) {
 	if req, ok := l.deb.Done(now); ok {
 		l.emit(req, now)
 	}
+}
+
+// carried reports whether an earlier request carried seq: called at emit
+// for sequences between those of the request, which were delivered (in
+// stream order) and are no longer held.
+func (l *loop) carried(seq uint64) bool {
+	_, held := l.held[seq]
+	return !held
 }
 
 // coveredMax is the highest sequence in the covered ranges.

@@ -13,12 +13,14 @@ import (
 
 	"github.com/pilotwire/pilotwire/pkg/debounce"
 	"github.com/pilotwire/pilotwire/pkg/svc"
+	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
 )
 
 // emitted is a request handed to the request writer with the change
 // messages it merged, to acknowledge once it is stored.
 type emitted struct {
 	req  *debounce.Request
+	pr   *pb.PushRequest // req on the wire, within the size bound
 	msgs []jetstream.Msg
 }
 
@@ -53,7 +55,7 @@ func (w *requestWriter) run(ctx context.Context, in <-chan emitted, out chan<- e
 }
 
 func (w *requestWriter) write(ctx context.Context, e emitted) error {
-	pr := toProto(e.req)
+	pr := e.pr
 	pr.EmittedAt = timestamppb.Now()
 	b, err := proto.Marshal(pr)
 	if err != nil {

@@ -14,6 +14,7 @@ type metrics struct {
 	publishErrors  prometheus.Counter
 	published      prometheus.Counter
 	oversized      *prometheus.CounterVec
+	restarts       prometheus.Counter
 	lastThroughSeq prometheus.Gauge
 	leader         prometheus.Gauge
 }
@@ -55,6 +56,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "pilotwire_debounce_oversized_requests_total",
 			Help: "PushRequests over the size bound, sent as full pushes without keys; how: keys (dropped), joined (also covered ranges joined), range (covered made one range).",
 		}, []string{"how"}),
+		restarts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pilotwire_debounce_restarts_total", Help: "Terms as the active instance ended by an error (the lease is given up and the work starts again).",
+		}),
 		published: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "pilotwire_debounce_push_requests_total", Help: "PushRequests published.",
 		}),
@@ -66,6 +70,6 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 	}
 	reg.MustRegister(m.leader, m.debounceTime, m.inbound, m.triggers, m.merged, m.pending, m.skipped, m.badRecords,
-		m.consumeErrors, m.publishErrors, m.published, m.oversized, m.lastThroughSeq)
+		m.consumeErrors, m.publishErrors, m.published, m.oversized, m.restarts, m.lastThroughSeq)
 	return m
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -57,7 +58,20 @@ func Run(ctx context.Context, cfg Config, d svc.Deps) error {
 	d.Health.SetReady()
 	d.Log.Info("debouncer ready", "id", cfg.ID, "max_request_bytes", maxBytes, "debounce_after", cfg.Debounce.DebounceAfter,
 		"debounce_max", cfg.Debounce.DebounceMax, "eds_debounce", cfg.Debounce.EnableEDSDebounce)
-	return el.Run(ctx, a.run)
+	return el.Run(ctx, a.work)
+}
+
+// work is one term as the active instance. An error ends the term, not the
+// service: it is logged and counted, the lease is given up (a standby may
+// take over at once) and the instance campaigns again after TTL/3, so a
+// persistent failure retries at that pace, never silently.
+func (a *active) work(ctx context.Context) error {
+	err := a.run(ctx)
+	if err != nil && ctx.Err() == nil {
+		a.m.restarts.Inc()
+		a.log.Error("active work failed: giving up the lease and starting again", "err", err)
+	}
+	return nil
 }
 
 // active is the debouncer's work while it holds the lease.
@@ -73,32 +87,48 @@ type active struct {
 	maxBytes int
 }
 
-// resume prepares a fresh start from where the durable consumer stands: it
-// collects the sequences already covered by published PushRequests above the
-// consumer's ack floor, and recreates the consumer to redeliver everything
-// above the floor at once (instead of after the previous holder's ack wait).
-func (a *active) resume(ctx context.Context) (jetstream.Consumer, []*pb.SeqRange, error) {
-	var floor uint64
-	if c, err := a.changes.Consumer(ctx, a.names.DebouncerConsumer()); err == nil {
+// resumed is where a new active instance starts.
+type resumed struct {
+	cons     jetstream.Consumer
+	covered  []*pb.SeqRange // sequences above floor published requests carry
+	floor    uint64         // every sequence up to it is carried
+	lastPush uint64         // the PUSHES stream's last sequence (fencing)
+}
+
+// resume prepares a fresh start. It never destroys state it has not yet
+// replaced: the floor is the higher of the durable consumer's ack floor
+// and the newest PushRequest's complete_through_seq, both read before the
+// consumer is touched, so a failure, crash or lost lease after the
+// consumer is deleted costs the next holder nothing (it finds the floor in
+// PUSHES). It collects the sequences the newest requests cover above the
+// floor and recreates the consumer from the floor, so the previous
+// holder's un-acked changes come at once instead of after its ack wait.
+func (a *active) resume(ctx context.Context) (resumed, error) {
+	var r resumed
+	c, err := a.changes.Consumer(ctx, a.names.DebouncerConsumer())
+	switch {
+	case err == nil:
 		info, err := c.Info(ctx)
 		if err != nil {
-			return nil, nil, fmt.Errorf("debouncer consumer info: %w", err)
+			return r, fmt.Errorf("debouncer consumer info: %w", err)
 		}
-		floor = info.AckFloor.Stream
+		r.floor = info.AckFloor.Stream
+	case !errors.Is(err, jetstream.ErrConsumerNotFound):
+		return r, fmt.Errorf("debouncer consumer: %w", err)
+	}
+	consumerFloor := r.floor
+	if err := readPushes(ctx, a.pushes, &r); err != nil {
+		return r, err
+	}
+	if c != nil {
 		if err := a.changes.DeleteConsumer(ctx, a.names.DebouncerConsumer()); err != nil {
-			return nil, nil, fmt.Errorf("reset debouncer consumer: %w", err)
+			return r, fmt.Errorf("reset debouncer consumer: %w", err)
 		}
 		if h := a.cfg.hooks; h != nil && h.afterConsumerDelete != nil {
 			if err := h.afterConsumerDelete(); err != nil {
-				return nil, nil, err
+				return r, err
 			}
 		}
-	} else if !errors.Is(err, jetstream.ErrConsumerNotFound) {
-		return nil, nil, fmt.Errorf("debouncer consumer: %w", err)
-	}
-	covered, err := coveredAbove(ctx, a.pushes, floor)
-	if err != nil {
-		return nil, nil, err
 	}
 	cc := jetstream.ConsumerConfig{
 		Durable:       a.names.DebouncerConsumer(),
@@ -112,62 +142,68 @@ func (a *active) resume(ctx context.Context) (jetstream.Consumer, []*pb.SeqRange
 		MaxAckPending: a.cfg.MaxAckPending,
 		MaxDeliver:    -1,
 	}
-	if floor > 0 {
+	if r.floor > 0 {
 		cc.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
-		cc.OptStartSeq = floor + 1
+		cc.OptStartSeq = r.floor + 1
 	}
-	cons, err := a.changes.CreateOrUpdateConsumer(ctx, cc)
+	r.cons, err = a.changes.CreateOrUpdateConsumer(ctx, cc)
 	if err != nil {
-		return nil, nil, fmt.Errorf("debouncer consumer: %w", err)
+		return r, fmt.Errorf("debouncer consumer: %w", err)
 	}
-	a.log.Info("resuming", "ack_floor", floor, "covered_ranges", len(covered))
-	return cons, covered, nil
+	a.log.Info("resuming", "floor", r.floor, "ack_floor", consumerFloor, "covered_ranges", len(r.covered), "last_push_seq", r.lastPush)
+	return r, nil
 }
 
-// coveredAbove reads PushRequests backwards from the newest and returns the
-// sequence ranges they cover above floor. Requests are emitted one at a time,
-// so once a few requests lie wholly at or below the floor, older ones cannot
-// cover anything above it (an endpoint-only request may overtake one pending
-// debounced batch, never more).
-func coveredAbove(ctx context.Context, pushes jetstream.Stream, floor uint64) ([]*pb.SeqRange, error) {
+// readPushes reads PushRequests backwards from the newest: the newest
+// one's complete_through_seq raises r.floor, and r.covered collects the
+// ranges they cover above it. Requests are emitted one at a time, so once
+// a few requests lie wholly at or below the floor, older ones cannot cover
+// anything above it (an endpoint-only request may overtake one pending
+// debounced batch, never more). It also records the stream's last
+// sequence, the expected last sequence of the first publish.
+func readPushes(ctx context.Context, pushes jetstream.Stream, r *resumed) error {
 	info, err := pushes.Info(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("pushes stream info: %w", err)
+		return fmt.Errorf("pushes stream info: %w", err)
 	}
-	var out []*pb.SeqRange
-	below := 0
+	r.lastPush = info.State.LastSeq
+	below, newest := 0, true
 	for seq := info.State.LastSeq; seq >= info.State.FirstSeq && seq > 0 && below < 4; seq-- {
 		msg, err := pushes.GetMsg(ctx, seq)
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			continue
 		}
 		if err != nil {
-			return nil, fmt.Errorf("read push request %d: %w", seq, err)
+			return fmt.Errorf("read push request %d: %w", seq, err)
 		}
 		pr := &pb.PushRequest{}
 		if err := proto.Unmarshal(msg.Data, pr); err != nil {
-			return nil, fmt.Errorf("decode push request %d: %w", seq, err)
+			return fmt.Errorf("decode push request %d: %w", seq, err)
 		}
-		if pr.GetThroughSeq() <= floor {
+		if newest {
+			r.floor = max(r.floor, pr.GetCompleteThroughSeq())
+			newest = false
+		}
+		if pr.GetThroughSeq() <= r.floor {
 			below++
 			continue
 		}
-		for _, r := range pr.GetCovered() {
-			if r.GetLast() > floor {
-				out = append(out, r)
+		for _, c := range pr.GetCovered() {
+			if c.GetLast() > r.floor {
+				r.covered = append(r.covered, c)
 			}
 		}
 	}
-	return out, nil
+	return nil
 }
 
 // run is the active loop: it ends when ctx ends (lease lost or shutdown).
 func (a *active) run(ctx context.Context) error {
-	cons, covered, err := a.resume(ctx)
+	r, err := a.resume(ctx)
 	if err != nil {
 		return err
 	}
-	it, err := cons.Messages(jetstream.PullMaxMessages(1024))
+	it, err := r.cons.Messages(jetstream.PullMaxMessages(1024))
 	if err != nil {
 		return fmt.Errorf("consume changes: %w", err)
 	}
@@ -208,7 +244,8 @@ func (a *active) run(ctx context.Context) error {
 		w.run(loopCtx, toWrite, written)
 	}()
 
-	l := newLoop(a.cfg.Debounce, covered, a.log, a.m, toWrite)
+	l := newLoop(a.cfg.Debounce, r.covered, a.log, a.m, toWrite)
+	l.maxSeen = r.floor
 	l.maxBytes = a.maxBytes
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
@@ -235,6 +272,7 @@ type loop struct {
 	held       map[uint64]jetstream.Msg // merged, not yet published
 	covered    []*pb.SeqRange           // sequences of recently published requests
 	maxCovered uint64                   // highest sequence in covered
+	maxSeen    uint64                   // highest sequence delivered (or the floor)
 	endpoints  *endpointIndex           // slices per service, for full-push decisions
 	log        *slog.Logger
 	m          *metrics
@@ -261,6 +299,7 @@ func (l *loop) add(msg jetstream.Msg, now time.Time) {
 		return
 	}
 	seq := md.Sequence.Stream
+	l.maxSeen = max(l.maxSeen, seq)
 	if seq <= l.coveredMax() && covers(l.covered, seq) {
 		// Published before a restart or a lost ack: acknowledge, count once.
 		l.m.skipped.Inc()
@@ -292,6 +331,7 @@ func (l *loop) tick(now time.Time) {
 
 func (l *loop) emit(req *debounce.Request, now time.Time) {
 	e := emitted{req: req, pr: toProto(req), msgs: make([]jetstream.Msg, 0, len(req.Seqs))}
+	e.pr.CompleteThroughSeq = l.completeThrough(req)
 	size := proto.Size(e.pr)
 	if how := fit(e.pr, l.maxBytes, l.carried); how != fitNone {
 		l.m.oversized.WithLabelValues(how).Inc()
@@ -325,6 +365,23 @@ func (l *loop) done(e emitted, now time.Time) {
 	if req, ok := l.deb.Done(now); ok {
 		l.emit(req, now)
 	}
+}
+
+// completeThrough is the highest sequence up to which every sequence is
+// carried by req or an earlier request: below the lowest sequence still
+// held and not in req (pending in the debouncer), else the highest
+// delivered. Changes are delivered in stream order, so every sequence
+// under the highest delivered was delivered, and is carried or held.
+func (l *loop) completeThrough(req *debounce.Request) uint64 {
+	out := l.maxSeen
+	for s := range l.held {
+		if s <= out {
+			if _, in := slices.BinarySearch(req.Seqs, s); !in {
+				out = s - 1
+			}
+		}
+	}
+	return out
 }
 
 // carried reports whether an earlier request carried seq: called at emit

@@ -1,6 +1,11 @@
 package debouncer
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
 
 type metrics struct {
 	debounceTime   prometheus.Histogram
@@ -15,6 +20,7 @@ type metrics struct {
 	published      prometheus.Counter
 	oversized      *prometheus.CounterVec
 	restarts       prometheus.Counter
+	lastConsumed   atomic.Int64 // unix nanoseconds; 0 when not active
 	lastThroughSeq prometheus.Gauge
 	leader         prometheus.Gauge
 }
@@ -69,7 +75,27 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "pilotwire_debouncer_leader", Help: "1 while this debouncer holds the lease and is active.",
 		}),
 	}
-	reg.MustRegister(m.leader, m.debounceTime, m.inbound, m.triggers, m.merged, m.pending, m.skipped, m.badRecords,
+	lastConsumedAge := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "pilotwire_debounce_last_consumed_age_seconds",
+		Help: "While active: seconds since the last change record was consumed (or since the term began). A watchdog: it grows while the CHANGES stream grows only if consuming has stalled. 0 on a standby.",
+	}, func() float64 {
+		at := m.lastConsumed.Load()
+		if at == 0 {
+			return 0
+		}
+		return time.Since(time.Unix(0, at)).Seconds()
+	})
+	reg.MustRegister(lastConsumedAge, m.leader, m.debounceTime, m.inbound, m.triggers, m.merged, m.pending, m.skipped, m.badRecords,
 		m.consumeErrors, m.publishErrors, m.published, m.oversized, m.restarts, m.lastThroughSeq)
 	return m
+}
+
+// consumedAt records when a change record was last consumed; the zero time
+// means not active.
+func (m *metrics) consumedAt(t time.Time) {
+	if t.IsZero() {
+		m.lastConsumed.Store(0)
+		return
+	}
+	m.lastConsumed.Store(t.UnixNano())
 }

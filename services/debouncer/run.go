@@ -214,25 +214,13 @@ func (a *active) run(ctx context.Context) error {
 	defer cancel()
 
 	msgs := make(chan jetstream.Msg, 1024)
+	readErr := make(chan error, 1)
+	a.m.consumedAt(time.Now()) // the watchdog's age runs from the term's start
+	defer a.m.consumedAt(time.Time{})
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		for {
-			msg, err := it.Next()
-			if err != nil {
-				if errors.Is(err, jetstream.ErrMsgIteratorClosed) || loopCtx.Err() != nil {
-					return
-				}
-				a.m.consumeErrors.Inc()
-				a.log.Warn("next change", "err", err)
-				continue
-			}
-			select {
-			case msgs <- msg:
-			case <-loopCtx.Done():
-				return
-			}
-		}
+		readErr <- a.read(loopCtx, it, msgs)
 	}()
 
 	toWrite := make(chan emitted, 1)
@@ -254,6 +242,8 @@ func (a *active) run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
+		case err := <-readErr:
+			return err
 		case msg := <-msgs:
 			l.add(msg, time.Now())
 		case <-timer.C:
@@ -263,6 +253,31 @@ func (a *active) run(ctx context.Context) error {
 			l.done(e, time.Now())
 		}
 		l.arm(timer, time.Now())
+	}
+}
+
+// read hands delivered changes to msgs until ctx ends. The iterator ending
+// on its own (consumer deleted, connection closed) is an error: the term
+// must end and start again, not hold the lease doing nothing.
+func (a *active) read(ctx context.Context, it jetstream.MessagesContext, msgs chan<- jetstream.Msg) error {
+	for {
+		msg, err := it.Next()
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case errors.Is(err, jetstream.ErrMsgIteratorClosed), errors.Is(err, jetstream.ErrConsumerDeleted):
+			return fmt.Errorf("change consumer ended: %w", err)
+		case err != nil:
+			a.m.consumeErrors.Inc()
+			a.log.Warn("next change", "err", err)
+			continue
+		}
+		a.m.consumedAt(time.Now())
+		select {
+		case msgs <- msg:
+		case <-ctx.Done():
+			return nil
+		}
 	}
 }
 

@@ -20,6 +20,7 @@ type metrics struct {
 	published      prometheus.Counter
 	oversized      *prometheus.CounterVec
 	restarts       prometheus.Counter
+	fenced         prometheus.Counter
 	lastConsumed   atomic.Int64 // unix nanoseconds; 0 when not active
 	lastThroughSeq prometheus.Gauge
 	leader         prometheus.Gauge
@@ -65,6 +66,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		restarts: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "pilotwire_debounce_restarts_total", Help: "Terms as the active instance ended by an error (the lease is given up and the work starts again).",
 		}),
+		fenced: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pilotwire_debounce_fenced_total", Help: "PushRequest publishes rejected because another instance wrote to PUSHES (this one then stands by).",
+		}),
 		published: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "pilotwire_debounce_push_requests_total", Help: "PushRequests published.",
 		}),
@@ -86,7 +90,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		return time.Since(time.Unix(0, at)).Seconds()
 	})
 	reg.MustRegister(lastConsumedAge, m.leader, m.debounceTime, m.inbound, m.triggers, m.merged, m.pending, m.skipped, m.badRecords,
-		m.consumeErrors, m.publishErrors, m.published, m.oversized, m.restarts, m.lastThroughSeq)
+		m.consumeErrors, m.publishErrors, m.published, m.oversized, m.restarts, m.fenced, m.lastThroughSeq)
 	return m
 }
 

@@ -225,11 +225,12 @@ func (a *active) run(ctx context.Context) error {
 
 	toWrite := make(chan emitted, 1)
 	written := make(chan emitted, 1)
-	w := &requestWriter{js: a.js, subject: a.names.PushesSubject(), log: a.log, m: a.m, hooks: a.cfg.hooks}
+	w := &requestWriter{js: a.js, stream: a.pushes, subject: a.names.PushesSubject(), log: a.log, m: a.m, hooks: a.cfg.hooks, lastSeq: r.lastPush}
+	writeErr := make(chan error, 1)
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		w.run(loopCtx, toWrite, written)
+		writeErr <- w.run(loopCtx, toWrite, written)
 	}()
 
 	l := newLoop(a.cfg.Debounce, r.covered, a.log, a.m, toWrite)
@@ -244,6 +245,10 @@ func (a *active) run(ctx context.Context) error {
 			return nil
 		case err := <-readErr:
 			return err
+		case err := <-writeErr:
+			if err != nil {
+				return err
+			}
 		case msg := <-msgs:
 			l.add(msg, time.Now())
 		case <-timer.C:

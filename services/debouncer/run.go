@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -53,7 +54,7 @@ func Run(ctx context.Context, cfg Config, d svc.Deps) error {
 		maxPayload = d.NC.MaxPayload()
 	}
 	maxBytes := requestBound(cfg.MaxRequestBytes, maxPayload, pushes.CachedInfo().Config.MaxMsgSize)
-	a := &active{cfg: cfg, names: names, js: d.JS, changes: changes, pushes: pushes, log: d.Log, m: m, maxBytes: maxBytes}
+	a := &active{cfg: cfg, names: names, nc: d.NC, js: d.JS, changes: changes, pushes: pushes, log: d.Log, m: m, maxBytes: maxBytes}
 	el := &lease.Elector{KV: leases, Key: "debouncer", Holder: cfg.ID, TTL: cfg.LeaseTTL, Log: d.Log, Leader: m.leader}
 	d.Health.SetReady()
 	d.Log.Info("debouncer ready", "id", cfg.ID, "max_request_bytes", maxBytes, "debounce_after", cfg.Debounce.DebounceAfter,
@@ -78,6 +79,7 @@ func (a *active) work(ctx context.Context) error {
 type active struct {
 	cfg     Config
 	names   bus.Names
+	nc      *nats.Conn
 	js      jetstream.JetStream
 	changes jetstream.Stream
 	pushes  jetstream.Stream
@@ -225,7 +227,7 @@ func (a *active) run(ctx context.Context) error {
 
 	toWrite := make(chan emitted, 1)
 	written := make(chan emitted, 1)
-	w := &requestWriter{js: a.js, stream: a.pushes, subject: a.names.PushesSubject(), log: a.log, m: a.m, hooks: a.cfg.hooks, lastSeq: r.lastPush}
+	w := &requestWriter{nc: a.nc, js: a.js, stream: a.pushes, subject: a.names.PushesSubject(), log: a.log, m: a.m, hooks: a.cfg.hooks, lastSeq: r.lastPush}
 	writeErr := make(chan error, 1)
 	wg.Add(1)
 	go func() {
@@ -289,11 +291,11 @@ func (a *active) read(ctx context.Context, it jetstream.MessagesContext, msgs ch
 // loop is the state owned by Run's select loop.
 type loop struct {
 	deb        *debounce.Debouncer
-	held       map[uint64]jetstream.Msg // merged, not yet published
-	covered    []*pb.SeqRange           // sequences of recently published requests
-	maxCovered uint64                   // highest sequence in covered
-	maxSeen    uint64                   // highest sequence delivered (or the floor)
-	endpoints  *endpointIndex           // slices per service, for full-push decisions
+	held       map[uint64]string // merged, not yet published: sequence -> ack (reply) subject, never the body
+	covered    []*pb.SeqRange    // sequences of recently published requests
+	maxCovered uint64            // highest sequence in covered
+	maxSeen    uint64            // highest sequence delivered (or the floor)
+	endpoints  *endpointIndex    // slices per service, for full-push decisions
 	log        *slog.Logger
 	m          *metrics
 	toWrite    chan<- emitted
@@ -304,7 +306,7 @@ type loop struct {
 // newLoop returns the loop's state after a take-over that found covered
 // ranges above the ack floor.
 func newLoop(dcfg debounce.Config, covered []*pb.SeqRange, log *slog.Logger, m *metrics, toWrite chan<- emitted) *loop {
-	l := &loop{deb: debounce.New(dcfg), held: make(map[uint64]jetstream.Msg), covered: covered, log: log, m: m, toWrite: toWrite, endpoints: newEndpointIndex()}
+	l := &loop{deb: debounce.New(dcfg), held: make(map[uint64]string), covered: covered, log: log, m: m, toWrite: toWrite, endpoints: newEndpointIndex()}
 	for _, r := range covered {
 		l.maxCovered = max(l.maxCovered, r.GetLast())
 	}
@@ -327,8 +329,8 @@ func (l *loop) add(msg jetstream.Msg, now time.Time) {
 		return
 	}
 	if _, ok := l.held[seq]; ok {
-		// Redelivered while still merged: keep the newest handle only.
-		l.held[seq] = msg
+		// Redelivered while still merged: keep the newest ack subject only.
+		l.held[seq] = msg.Reply()
 		return
 	}
 	ev, err := toEvent(msg.Data(), seq, l.endpoints)
@@ -338,7 +340,7 @@ func (l *loop) add(msg jetstream.Msg, now time.Time) {
 		ev = debounce.Event{Seq: seq, Full: true, Reason: debounce.UnknownReason}
 	}
 	l.m.inbound.WithLabelValues(ev.Reason).Inc()
-	l.held[seq] = msg
+	l.held[seq] = msg.Reply()
 	l.deb.Add(ev, now)
 	l.tick(now)
 }
@@ -350,7 +352,7 @@ func (l *loop) tick(now time.Time) {
 }
 
 func (l *loop) emit(req *debounce.Request, now time.Time) {
-	e := emitted{req: req, pr: toProto(req), msgs: make([]jetstream.Msg, 0, len(req.Seqs))}
+	e := emitted{req: req, pr: toProto(req), acks: make([]string, 0, len(req.Seqs))}
 	e.pr.CompleteThroughSeq = l.completeThrough(req)
 	size := proto.Size(e.pr)
 	if how := fit(e.pr, l.maxBytes, l.carried); how != fitNone {
@@ -359,8 +361,8 @@ func (l *loop) emit(req *debounce.Request, now time.Time) {
 			"through_seq", req.ThroughSeq, "bytes", size, "max_bytes", l.maxBytes, "keys", len(req.ConfigKeys), "covered_ranges", len(e.pr.GetCovered()), "how", how)
 	}
 	for _, s := range req.Seqs {
-		if msg, ok := l.held[s]; ok {
-			e.msgs = append(e.msgs, msg)
+		if reply, ok := l.held[s]; ok {
+			e.acks = append(e.acks, reply)
 		}
 	}
 	l.m.debounceTime.Observe(now.Sub(req.FirstAdded).Seconds())

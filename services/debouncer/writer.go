@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -18,12 +19,13 @@ import (
 	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
 )
 
-// emitted is a request handed to the request writer with the change
-// messages it merged, to acknowledge once it is stored.
+// emitted is a request handed to the request writer with the ack (reply)
+// subjects of the change messages it merged, to acknowledge once it is
+// stored.
 type emitted struct {
 	req  *debounce.Request
 	pr   *pb.PushRequest // req on the wire, within the size bound
-	msgs []jetstream.Msg
+	acks []string
 }
 
 // requestWriter writes one PushRequest at a time to the PUSHES stream,
@@ -38,6 +40,7 @@ type emitted struct {
 // lost the lease whatever it believes, and it stops.
 type requestWriter struct {
 	// set at construction
+	nc      *nats.Conn // acks go to the changes' reply subjects
 	js      jetstream.JetStream
 	stream  jetstream.Stream // PUSHES, to recognise an own publish whose ack was lost
 	subject string
@@ -129,22 +132,25 @@ func (w *requestWriter) write(ctx context.Context, e emitted) error {
 	// Acknowledge every change; the last ack is confirmed by the server, and
 	// acks on one connection are processed in order, so when it returns all
 	// of them are recorded.
-	for i, msg := range e.msgs {
-		if i == len(e.msgs)-1 {
+	for i, reply := range e.acks {
+		if i == len(e.acks)-1 {
 			actx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			err := msg.DoubleAck(actx)
+			_, err := w.nc.RequestWithContext(actx, reply, ackBody)
 			cancel()
 			if err != nil {
 				w.log.Warn("confirm change acks (they will be redelivered and skipped)", "err", err)
 			}
 			continue
 		}
-		if err := msg.Ack(); err != nil {
+		if err := w.nc.Publish(reply, ackBody); err != nil {
 			w.log.Warn("ack change", "err", err)
 		}
 	}
 	return nil
 }
+
+// ackBody acknowledges a JetStream message when sent to its reply subject.
+var ackBody = []byte("+ACK")
 
 // wrongLastSeq reports whether err is JetStream's expected-last-sequence
 // rejection.

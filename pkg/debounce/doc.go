@@ -41,7 +41,8 @@
 // A consequence worth knowing in the shell: with the bypass on, an endpoint
 // event may be emitted before debounced events with lower sequences, so
 // requests do not always cover a prefix of the change stream. Acknowledge
-// per message (Request.Seqs), or acknowledge everything below
-// OldestPendingSeq. With the bypass off (the default) every request covers
-// exactly the events added since the previous one.
+// per message (Request.Seqs), and tell consumers which sequences a request
+// carries (the service publishes them as covered ranges and
+// complete_through_seq). With the bypass off (the default) every request
+// covers exactly the events added since the previous one.
 package debounce

@@ -31,16 +31,24 @@ type Config struct {
 	// (--max-ack-pending, env PILOTWIRE_DEBOUNCE_MAX_ACK_PENDING, default
 	// 200000).
 	MaxAckPending int
+	// MaxRequestBytes bounds one PushRequest: past it the request drops
+	// its config keys and becomes a full push. Run lowers it to half the
+	// largest message NATS and the PUSHES stream accept (--max-request-bytes,
+	// env PILOTWIRE_DEBOUNCE_MAX_REQUEST_BYTES, default 512 KiB).
+	MaxRequestBytes int
+
+	hooks *testHooks // tests only
 }
 
 // DefaultConfig is the configuration every flag defaults to; Run also takes
 // from it every field left zero.
 func DefaultConfig() Config {
 	return Config{
-		Common:        svc.DefaultCommon("127.0.0.1:9092"),
-		Debounce:      debounce.DefaultConfig(),
-		LeaseTTL:      lease.DefaultTTL,
-		MaxAckPending: 200_000,
+		Common:          svc.DefaultCommon("127.0.0.1:9092"),
+		Debounce:        debounce.DefaultConfig(),
+		LeaseTTL:        lease.DefaultTTL,
+		MaxAckPending:   200_000,
+		MaxRequestBytes: 512 << 10,
 	}
 }
 
@@ -53,6 +61,7 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.Debounce.DebounceMax, "debounce-max", svc.EnvDuration("PILOT_DEBOUNCE_MAX", d.Debounce.DebounceMax), "emit at the latest this long after the first merged change (env PILOT_DEBOUNCE_MAX)")
 	fs.BoolVar(&c.Debounce.EnableEDSDebounce, "enable-eds-debounce", svc.EnvBool("PILOT_ENABLE_EDS_DEBOUNCE", d.Debounce.EnableEDSDebounce), "debounce endpoint-only changes too (env PILOT_ENABLE_EDS_DEBOUNCE)")
 	fs.IntVar(&c.MaxAckPending, "max-ack-pending", svc.EnvInt("PILOTWIRE_DEBOUNCE_MAX_ACK_PENDING", d.MaxAckPending), "change records held un-acknowledged while merged (env PILOTWIRE_DEBOUNCE_MAX_ACK_PENDING)")
+	fs.IntVar(&c.MaxRequestBytes, "max-request-bytes", svc.EnvInt("PILOTWIRE_DEBOUNCE_MAX_REQUEST_BYTES", d.MaxRequestBytes), "a PushRequest larger than this drops its config keys and becomes a full push (env PILOTWIRE_DEBOUNCE_MAX_REQUEST_BYTES)")
 	fs.StringVar(&c.ID, "id", svc.EnvString("PILOTWIRE_INSTANCE_ID", d.ID), "unique id of this instance in the lease (env PILOTWIRE_INSTANCE_ID; default debouncer-<hostname>-<random>)")
 	fs.DurationVar(&c.LeaseTTL, "lease-ttl", svc.EnvDuration("PILOTWIRE_LEASE_TTL", d.LeaseTTL), "a standby takes over when the active instance has not renewed its lease for this long (env PILOTWIRE_LEASE_TTL)")
 }
@@ -68,6 +77,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxAckPending <= 0 {
 		c.MaxAckPending = d.MaxAckPending
+	}
+	if c.MaxRequestBytes <= 0 {
+		c.MaxRequestBytes = d.MaxRequestBytes
 	}
 	return c
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"sync"
 	"testing"
 	"time"
 
@@ -31,25 +32,38 @@ type instance struct {
 	reg    *prometheus.Registry
 	cancel context.CancelFunc
 	done   chan error
+	stop   func() error // ends the instance and returns Run's error; idempotent
 }
 
 // startDebouncer runs one debouncer instance with its own connection.
 func startDebouncer(t *testing.T, url, id string, dcfg debounce.Config) *instance {
 	t.Helper()
+	return startWith(t, url, id, func(c *Config) { c.Debounce = dcfg })
+}
+
+// startWith runs one debouncer instance with its own connection, its
+// config adjusted by mod.
+func startWith(t *testing.T, url, id string, mod func(*Config)) *instance {
+	t.Helper()
 	nc, js := natstest.Connect(t, url)
 	ctx, cancel := context.WithCancel(context.Background())
 	in := &instance{nc: nc, reg: prometheus.NewRegistry(), cancel: cancel, done: make(chan error, 1)}
+	cfg := Config{
+		Common:   svc.Common{NATSURL: url, Prefix: "pw"},
+		Debounce: debounce.DefaultConfig(),
+		ID:       id,
+		LeaseTTL: 600 * time.Millisecond,
+	}
+	mod(&cfg)
 	go func() {
-		in.done <- Run(ctx, Config{
-			Common:   svc.Common{NATSURL: url, Prefix: "pw"},
-			Debounce: dcfg,
-			ID:       id,
-			LeaseTTL: 600 * time.Millisecond,
-		}, svc.Deps{NC: nc, JS: js, Log: slog.New(slog.DiscardHandler).With("id", id), Reg: in.reg, Health: &svc.Health{}})
+		in.done <- Run(ctx, cfg, svc.Deps{NC: nc, JS: js, Log: slog.New(slog.DiscardHandler).With("id", id), Reg: in.reg, Health: &svc.Health{}})
 	}()
-	t.Cleanup(func() {
+	in.stop = sync.OnceValue(func() error {
 		cancel()
-		if err := <-in.done; err != nil {
+		return <-in.done
+	})
+	t.Cleanup(func() {
+		if err := in.stop(); err != nil {
 			t.Errorf("debouncer %s: %v", id, err)
 		}
 	})
@@ -247,4 +261,30 @@ func TestStandbyTakesOverMidBurst(t *testing.T) {
 	testutil.Eventually(t, "b active", b.leader)
 	prs := waitCovered(t, js, n)
 	checkExactlyOnce(t, prs, n)
+}
+
+func waitPublished(ctx context.Context, t *testing.T, js jetstream.JetStream) {
+	t.Helper()
+	select {
+	case <-js.PublishAsyncComplete():
+	case <-ctx.Done():
+		t.Fatal("publishes not acknowledged")
+	}
+}
+
+// waitStored fails the test unless the change stream holds n records
+// (an async publish whose ack timed out may not have been stored).
+func waitStored(ctx context.Context, t *testing.T, js jetstream.JetStream, n uint64) {
+	t.Helper()
+	s, err := js.Stream(ctx, names.ChangesStream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != n {
+		t.Fatalf("change stream holds %d records, want %d", info.State.Msgs, n)
+	}
 }

@@ -5,5 +5,9 @@
 // It reads the CHANGES stream with a durable consumer, acknowledges a change
 // only after the PushRequest that includes it is durably in the PUSHES
 // stream, and on restart skips redelivered changes the last PushRequest
-// already covers, so nothing is lost and nothing is counted twice.
+// already covers, so nothing is lost and nothing is counted twice. Its
+// publishes are fenced with the PUSHES stream's expected last sequence, so
+// a paused ex-holder cannot add a request after a newer holder's; each
+// request is size-bounded (size.go) and records the floor a next holder
+// starts from (complete_through_seq). docs/architecture.md has the rules.
 package debouncer

@@ -1,6 +1,11 @@
 package debouncer
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
 
 type metrics struct {
 	debounceTime   prometheus.Histogram
@@ -13,6 +18,10 @@ type metrics struct {
 	consumeErrors  prometheus.Counter
 	publishErrors  prometheus.Counter
 	published      prometheus.Counter
+	oversized      *prometheus.CounterVec
+	restarts       prometheus.Counter
+	fenced         prometheus.Counter
+	lastConsumed   atomic.Int64 // unix nanoseconds; 0 when not active
 	lastThroughSeq prometheus.Gauge
 	leader         prometheus.Gauge
 }
@@ -50,6 +59,16 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		publishErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "pilotwire_debounce_publish_errors_total", Help: "Failed PushRequest publishes (retried).",
 		}),
+		oversized: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pilotwire_debounce_oversized_requests_total",
+			Help: "PushRequests over the size bound, sent as full pushes without keys; how: keys (dropped), joined (also covered ranges joined), range (covered made one range).",
+		}, []string{"how"}),
+		restarts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pilotwire_debounce_restarts_total", Help: "Terms as the active instance ended by an error (the lease is given up and the work starts again).",
+		}),
+		fenced: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pilotwire_debounce_fenced_total", Help: "PushRequest publishes rejected because another instance wrote to PUSHES (this one then stands by).",
+		}),
 		published: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "pilotwire_debounce_push_requests_total", Help: "PushRequests published.",
 		}),
@@ -60,7 +79,27 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "pilotwire_debouncer_leader", Help: "1 while this debouncer holds the lease and is active.",
 		}),
 	}
-	reg.MustRegister(m.leader, m.debounceTime, m.inbound, m.triggers, m.merged, m.pending, m.skipped, m.badRecords,
-		m.consumeErrors, m.publishErrors, m.published, m.lastThroughSeq)
+	lastConsumedAge := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "pilotwire_debounce_last_consumed_age_seconds",
+		Help: "While active: seconds since the last change record was consumed (or since the term began). A watchdog: it grows while the CHANGES stream grows only if consuming has stalled. 0 on a standby.",
+	}, func() float64 {
+		at := m.lastConsumed.Load()
+		if at == 0 {
+			return 0
+		}
+		return time.Since(time.Unix(0, at)).Seconds()
+	})
+	reg.MustRegister(lastConsumedAge, m.leader, m.debounceTime, m.inbound, m.triggers, m.merged, m.pending, m.skipped, m.badRecords,
+		m.consumeErrors, m.publishErrors, m.published, m.oversized, m.restarts, m.fenced, m.lastThroughSeq)
 	return m
+}
+
+// consumedAt records when a change record was last consumed; the zero time
+// means not active.
+func (m *metrics) consumedAt(t time.Time) {
+	if t.IsZero() {
+		m.lastConsumed.Store(0)
+		return
+	}
+	m.lastConsumed.Store(t.UnixNano())
 }

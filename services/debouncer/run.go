@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -47,46 +49,88 @@ func Run(ctx context.Context, cfg Config, d svc.Deps) error {
 	if err != nil {
 		return err
 	}
-	a := &active{cfg: cfg, names: names, js: d.JS, changes: changes, pushes: pushes, log: d.Log, m: m}
+	var maxPayload int64
+	if d.NC != nil {
+		maxPayload = d.NC.MaxPayload()
+	}
+	maxBytes := requestBound(cfg.MaxRequestBytes, maxPayload, pushes.CachedInfo().Config.MaxMsgSize)
+	a := &active{cfg: cfg, names: names, nc: d.NC, js: d.JS, changes: changes, pushes: pushes, log: d.Log, m: m, maxBytes: maxBytes}
 	el := &lease.Elector{KV: leases, Key: "debouncer", Holder: cfg.ID, TTL: cfg.LeaseTTL, Log: d.Log, Leader: m.leader}
 	d.Health.SetReady()
-	d.Log.Info("debouncer ready", "id", cfg.ID, "debounce_after", cfg.Debounce.DebounceAfter,
+	d.Log.Info("debouncer ready", "id", cfg.ID, "max_request_bytes", maxBytes, "debounce_after", cfg.Debounce.DebounceAfter,
 		"debounce_max", cfg.Debounce.DebounceMax, "eds_debounce", cfg.Debounce.EnableEDSDebounce)
-	return el.Run(ctx, a.run)
+	return el.Run(ctx, a.work)
+}
+
+// work is one term as the active instance. An error ends the term, not the
+// service: it is logged and counted, the lease is given up (a standby may
+// take over at once) and the instance campaigns again after TTL/3, so a
+// persistent failure retries at that pace, never silently.
+func (a *active) work(ctx context.Context) error {
+	err := a.run(ctx)
+	if err != nil && ctx.Err() == nil {
+		a.m.restarts.Inc()
+		a.log.Error("active work failed: giving up the lease and starting again", "err", err)
+	}
+	return nil
 }
 
 // active is the debouncer's work while it holds the lease.
 type active struct {
 	cfg     Config
 	names   bus.Names
+	nc      *nats.Conn
 	js      jetstream.JetStream
 	changes jetstream.Stream
 	pushes  jetstream.Stream
 	log     *slog.Logger
 	m       *metrics
+	// maxBytes bounds one PushRequest (requestBound).
+	maxBytes int
 }
 
-// resume prepares a fresh start from where the durable consumer stands: it
-// collects the sequences already covered by published PushRequests above the
-// consumer's ack floor, and recreates the consumer to redeliver everything
-// above the floor at once (instead of after the previous holder's ack wait).
-func (a *active) resume(ctx context.Context) (jetstream.Consumer, []*pb.SeqRange, error) {
-	var floor uint64
-	if c, err := a.changes.Consumer(ctx, a.names.DebouncerConsumer()); err == nil {
+// resumed is where a new active instance starts.
+type resumed struct {
+	cons     jetstream.Consumer
+	covered  []*pb.SeqRange // sequences above floor published requests carry
+	floor    uint64         // every sequence up to it is carried
+	lastPush uint64         // the PUSHES stream's last sequence (fencing)
+}
+
+// resume prepares a fresh start. It never destroys state it has not yet
+// replaced: the floor is the higher of the durable consumer's ack floor
+// and the newest PushRequest's complete_through_seq, both read before the
+// consumer is touched, so a failure, crash or lost lease after the
+// consumer is deleted costs the next holder nothing (it finds the floor in
+// PUSHES). It collects the sequences the newest requests cover above the
+// floor and recreates the consumer from the floor, so the previous
+// holder's un-acked changes come at once instead of after its ack wait.
+func (a *active) resume(ctx context.Context) (resumed, error) {
+	var r resumed
+	c, err := a.changes.Consumer(ctx, a.names.DebouncerConsumer())
+	switch {
+	case err == nil:
 		info, err := c.Info(ctx)
 		if err != nil {
-			return nil, nil, fmt.Errorf("debouncer consumer info: %w", err)
+			return r, fmt.Errorf("debouncer consumer info: %w", err)
 		}
-		floor = info.AckFloor.Stream
-		if err := a.changes.DeleteConsumer(ctx, a.names.DebouncerConsumer()); err != nil {
-			return nil, nil, fmt.Errorf("reset debouncer consumer: %w", err)
-		}
-	} else if !errors.Is(err, jetstream.ErrConsumerNotFound) {
-		return nil, nil, fmt.Errorf("debouncer consumer: %w", err)
+		r.floor = info.AckFloor.Stream
+	case !errors.Is(err, jetstream.ErrConsumerNotFound):
+		return r, fmt.Errorf("debouncer consumer: %w", err)
 	}
-	covered, err := coveredAbove(ctx, a.pushes, floor)
-	if err != nil {
-		return nil, nil, err
+	consumerFloor := r.floor
+	if err := readPushes(ctx, a.pushes, &r); err != nil {
+		return r, err
+	}
+	if c != nil {
+		if err := a.changes.DeleteConsumer(ctx, a.names.DebouncerConsumer()); err != nil {
+			return r, fmt.Errorf("reset debouncer consumer: %w", err)
+		}
+		if h := a.cfg.hooks; h != nil && h.afterConsumerDelete != nil {
+			if err := h.afterConsumerDelete(); err != nil {
+				return r, err
+			}
+		}
 	}
 	cc := jetstream.ConsumerConfig{
 		Durable:       a.names.DebouncerConsumer(),
@@ -100,62 +144,68 @@ func (a *active) resume(ctx context.Context) (jetstream.Consumer, []*pb.SeqRange
 		MaxAckPending: a.cfg.MaxAckPending,
 		MaxDeliver:    -1,
 	}
-	if floor > 0 {
+	if r.floor > 0 {
 		cc.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
-		cc.OptStartSeq = floor + 1
+		cc.OptStartSeq = r.floor + 1
 	}
-	cons, err := a.changes.CreateOrUpdateConsumer(ctx, cc)
+	r.cons, err = a.changes.CreateOrUpdateConsumer(ctx, cc)
 	if err != nil {
-		return nil, nil, fmt.Errorf("debouncer consumer: %w", err)
+		return r, fmt.Errorf("debouncer consumer: %w", err)
 	}
-	a.log.Info("resuming", "ack_floor", floor, "covered_ranges", len(covered))
-	return cons, covered, nil
+	a.log.Info("resuming", "floor", r.floor, "ack_floor", consumerFloor, "covered_ranges", len(r.covered), "last_push_seq", r.lastPush)
+	return r, nil
 }
 
-// coveredAbove reads PushRequests backwards from the newest and returns the
-// sequence ranges they cover above floor. Requests are emitted one at a time,
-// so once a few requests lie wholly at or below the floor, older ones cannot
-// cover anything above it (an endpoint-only request may overtake one pending
-// debounced batch, never more).
-func coveredAbove(ctx context.Context, pushes jetstream.Stream, floor uint64) ([]*pb.SeqRange, error) {
+// readPushes reads PushRequests backwards from the newest: the newest
+// one's complete_through_seq raises r.floor, and r.covered collects the
+// ranges they cover above it. Requests are emitted one at a time, so once
+// a few requests lie wholly at or below the floor, older ones cannot cover
+// anything above it (an endpoint-only request may overtake one pending
+// debounced batch, never more). It also records the stream's last
+// sequence, the expected last sequence of the first publish.
+func readPushes(ctx context.Context, pushes jetstream.Stream, r *resumed) error {
 	info, err := pushes.Info(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("pushes stream info: %w", err)
+		return fmt.Errorf("pushes stream info: %w", err)
 	}
-	var out []*pb.SeqRange
-	below := 0
+	r.lastPush = info.State.LastSeq
+	below, newest := 0, true
 	for seq := info.State.LastSeq; seq >= info.State.FirstSeq && seq > 0 && below < 4; seq-- {
 		msg, err := pushes.GetMsg(ctx, seq)
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			continue
 		}
 		if err != nil {
-			return nil, fmt.Errorf("read push request %d: %w", seq, err)
+			return fmt.Errorf("read push request %d: %w", seq, err)
 		}
 		pr := &pb.PushRequest{}
 		if err := proto.Unmarshal(msg.Data, pr); err != nil {
-			return nil, fmt.Errorf("decode push request %d: %w", seq, err)
+			return fmt.Errorf("decode push request %d: %w", seq, err)
 		}
-		if pr.GetThroughSeq() <= floor {
+		if newest {
+			r.floor = max(r.floor, pr.GetCompleteThroughSeq())
+			newest = false
+		}
+		if pr.GetThroughSeq() <= r.floor {
 			below++
 			continue
 		}
-		for _, r := range pr.GetCovered() {
-			if r.GetLast() > floor {
-				out = append(out, r)
+		for _, c := range pr.GetCovered() {
+			if c.GetLast() > r.floor {
+				r.covered = append(r.covered, c)
 			}
 		}
 	}
-	return out, nil
+	return nil
 }
 
 // run is the active loop: it ends when ctx ends (lease lost or shutdown).
 func (a *active) run(ctx context.Context) error {
-	cons, covered, err := a.resume(ctx)
+	r, err := a.resume(ctx)
 	if err != nil {
 		return err
 	}
-	it, err := cons.Messages(jetstream.PullMaxMessages(1024))
+	it, err := r.cons.Messages(jetstream.PullMaxMessages(1024))
 	if err != nil {
 		return fmt.Errorf("consume changes: %w", err)
 	}
@@ -166,40 +216,28 @@ func (a *active) run(ctx context.Context) error {
 	defer cancel()
 
 	msgs := make(chan jetstream.Msg, 1024)
+	readErr := make(chan error, 1)
+	a.m.consumedAt(time.Now()) // the watchdog's age runs from the term's start
+	defer a.m.consumedAt(time.Time{})
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		for {
-			msg, err := it.Next()
-			if err != nil {
-				if errors.Is(err, jetstream.ErrMsgIteratorClosed) || loopCtx.Err() != nil {
-					return
-				}
-				a.m.consumeErrors.Inc()
-				a.log.Warn("next change", "err", err)
-				continue
-			}
-			select {
-			case msgs <- msg:
-			case <-loopCtx.Done():
-				return
-			}
-		}
+		readErr <- a.read(loopCtx, it, msgs)
 	}()
 
 	toWrite := make(chan emitted, 1)
 	written := make(chan emitted, 1)
-	w := &requestWriter{js: a.js, subject: a.names.PushesSubject(), log: a.log, m: a.m}
+	w := &requestWriter{nc: a.nc, js: a.js, stream: a.pushes, subject: a.names.PushesSubject(), log: a.log, m: a.m, hooks: a.cfg.hooks, lastSeq: r.lastPush}
+	writeErr := make(chan error, 1)
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		w.run(loopCtx, toWrite, written)
+		writeErr <- w.run(loopCtx, toWrite, written)
 	}()
 
-	l := &loop{deb: debounce.New(a.cfg.Debounce), held: make(map[uint64]jetstream.Msg), covered: covered, log: a.log, m: a.m, toWrite: toWrite, endpoints: newEndpointIndex()}
-	for _, r := range covered {
-		l.maxCovered = max(l.maxCovered, r.GetLast())
-	}
+	l := newLoop(a.cfg.Debounce, r.covered, a.log, a.m, toWrite)
+	l.maxSeen = r.floor
+	l.maxBytes = a.maxBytes
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	defer timer.Stop()
@@ -207,6 +245,12 @@ func (a *active) run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
+		case err := <-readErr:
+			return err
+		case err := <-writeErr:
+			if err != nil {
+				return err
+			}
 		case msg := <-msgs:
 			l.add(msg, time.Now())
 		case <-timer.C:
@@ -219,17 +263,54 @@ func (a *active) run(ctx context.Context) error {
 	}
 }
 
+// read hands delivered changes to msgs until ctx ends. The iterator ending
+// on its own (consumer deleted, connection closed) is an error: the term
+// must end and start again, not hold the lease doing nothing.
+func (a *active) read(ctx context.Context, it jetstream.MessagesContext, msgs chan<- jetstream.Msg) error {
+	for {
+		msg, err := it.Next()
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case errors.Is(err, jetstream.ErrMsgIteratorClosed), errors.Is(err, jetstream.ErrConsumerDeleted):
+			return fmt.Errorf("change consumer ended: %w", err)
+		case err != nil:
+			a.m.consumeErrors.Inc()
+			a.log.Warn("next change", "err", err)
+			continue
+		}
+		a.m.consumedAt(time.Now())
+		select {
+		case msgs <- msg:
+		case <-ctx.Done():
+			return nil
+		}
+	}
+}
+
 // loop is the state owned by Run's select loop.
 type loop struct {
 	deb        *debounce.Debouncer
-	held       map[uint64]jetstream.Msg // merged, not yet published
-	covered    []*pb.SeqRange           // sequences of recently published requests
-	maxCovered uint64                   // highest sequence in covered
-	endpoints  *endpointIndex           // slices per service, for full-push decisions
+	held       map[uint64]string // merged, not yet published: sequence -> ack (reply) subject, never the body
+	covered    []*pb.SeqRange    // sequences of recently published requests
+	maxCovered uint64            // highest sequence in covered
+	maxSeen    uint64            // highest sequence delivered (or the floor)
+	endpoints  *endpointIndex    // slices per service, for full-push decisions
 	log        *slog.Logger
 	m          *metrics
 	toWrite    chan<- emitted
 	armed      time.Time
+	maxBytes   int // bound on one PushRequest
+}
+
+// newLoop returns the loop's state after a take-over that found covered
+// ranges above the ack floor.
+func newLoop(dcfg debounce.Config, covered []*pb.SeqRange, log *slog.Logger, m *metrics, toWrite chan<- emitted) *loop {
+	l := &loop{deb: debounce.New(dcfg), held: make(map[uint64]string), covered: covered, log: log, m: m, toWrite: toWrite, endpoints: newEndpointIndex()}
+	for _, r := range covered {
+		l.maxCovered = max(l.maxCovered, r.GetLast())
+	}
+	return l
 }
 
 func (l *loop) add(msg jetstream.Msg, now time.Time) {
@@ -240,6 +321,7 @@ func (l *loop) add(msg jetstream.Msg, now time.Time) {
 		return
 	}
 	seq := md.Sequence.Stream
+	l.maxSeen = max(l.maxSeen, seq)
 	if seq <= l.coveredMax() && covers(l.covered, seq) {
 		// Published before a restart or a lost ack: acknowledge, count once.
 		l.m.skipped.Inc()
@@ -247,8 +329,8 @@ func (l *loop) add(msg jetstream.Msg, now time.Time) {
 		return
 	}
 	if _, ok := l.held[seq]; ok {
-		// Redelivered while still merged: keep the newest handle only.
-		l.held[seq] = msg
+		// Redelivered while still merged: keep the newest ack subject only.
+		l.held[seq] = msg.Reply()
 		return
 	}
 	ev, err := toEvent(msg.Data(), seq, l.endpoints)
@@ -258,7 +340,7 @@ func (l *loop) add(msg jetstream.Msg, now time.Time) {
 		ev = debounce.Event{Seq: seq, Full: true, Reason: debounce.UnknownReason}
 	}
 	l.m.inbound.WithLabelValues(ev.Reason).Inc()
-	l.held[seq] = msg
+	l.held[seq] = msg.Reply()
 	l.deb.Add(ev, now)
 	l.tick(now)
 }
@@ -270,10 +352,17 @@ func (l *loop) tick(now time.Time) {
 }
 
 func (l *loop) emit(req *debounce.Request, now time.Time) {
-	e := emitted{req: req, msgs: make([]jetstream.Msg, 0, len(req.Seqs))}
+	e := emitted{req: req, pr: toProto(req), acks: make([]string, 0, len(req.Seqs))}
+	e.pr.CompleteThroughSeq = l.completeThrough(req)
+	size := proto.Size(e.pr)
+	if how := fit(e.pr, l.maxBytes, l.carried); how != fitNone {
+		l.m.oversized.WithLabelValues(how).Inc()
+		l.log.Warn("push request over the size bound: sent as a full push without keys",
+			"through_seq", req.ThroughSeq, "bytes", size, "max_bytes", l.maxBytes, "keys", len(req.ConfigKeys), "covered_ranges", len(e.pr.GetCovered()), "how", how)
+	}
 	for _, s := range req.Seqs {
-		if msg, ok := l.held[s]; ok {
-			e.msgs = append(e.msgs, msg)
+		if reply, ok := l.held[s]; ok {
+			e.acks = append(e.acks, reply)
 		}
 	}
 	l.m.debounceTime.Observe(now.Sub(req.FirstAdded).Seconds())
@@ -298,6 +387,31 @@ func (l *loop) done(e emitted, now time.Time) {
 	if req, ok := l.deb.Done(now); ok {
 		l.emit(req, now)
 	}
+}
+
+// completeThrough is the highest sequence up to which every sequence is
+// carried by req or an earlier request: below the lowest sequence still
+// held and not in req (pending in the debouncer), else the highest
+// delivered. Changes are delivered in stream order, so every sequence
+// under the highest delivered was delivered, and is carried or held.
+func (l *loop) completeThrough(req *debounce.Request) uint64 {
+	out := l.maxSeen
+	for s := range l.held {
+		if s <= out {
+			if _, in := slices.BinarySearch(req.Seqs, s); !in {
+				out = s - 1
+			}
+		}
+	}
+	return out
+}
+
+// carried reports whether an earlier request carried seq: called at emit
+// for sequences between those of the request, which were delivered (in
+// stream order) and are no longer held.
+func (l *loop) carried(seq uint64) bool {
+	_, held := l.held[seq]
+	return !held
 }
 
 // coveredMax is the highest sequence in the covered ranges.

@@ -103,9 +103,16 @@ type PushRequest struct {
 	EmittedAt    *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=emitted_at,json=emittedAt,proto3" json:"emitted_at,omitempty"`
 	// Every change-stream sequence merged, as ascending ranges. A restarted
 	// debouncer skips redelivered changes already covered by the last request.
-	Covered       []*SeqRange `protobuf:"bytes,9,rep,name=covered,proto3" json:"covered,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Covered []*SeqRange `protobuf:"bytes,9,rep,name=covered,proto3" json:"covered,omitempty"`
+	// Every change-stream sequence up to and including this one is carried
+	// by this request or an earlier one. It equals through_seq unless this
+	// request overtook lower sequences still pending in the debouncer (an
+	// endpoint-only request with PILOT_ENABLE_EDS_DEBOUNCE=false), so a
+	// consumer can tell a request that covers a prefix of the change stream
+	// from one that does not. 0 from debouncers that predate the field.
+	CompleteThroughSeq uint64 `protobuf:"varint,10,opt,name=complete_through_seq,json=completeThroughSeq,proto3" json:"complete_through_seq,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *PushRequest) Reset() {
@@ -199,6 +206,13 @@ func (x *PushRequest) GetCovered() []*SeqRange {
 		return x.Covered
 	}
 	return nil
+}
+
+func (x *PushRequest) GetCompleteThroughSeq() uint64 {
+	if x != nil {
+		return x.CompleteThroughSeq
+	}
+	return 0
 }
 
 // SeqRange is an inclusive range of change-stream sequences.
@@ -503,7 +517,7 @@ var File_pilotwire_v1_push_proto protoreflect.FileDescriptor
 
 const file_pilotwire_v1_push_proto_rawDesc = "" +
 	"\n" +
-	"\x17pilotwire/v1/push.proto\x12\fpilotwire.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x19pilotwire/v1/change.proto\"\xdb\x03\n" +
+	"\x17pilotwire/v1/push.proto\x12\fpilotwire.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x19pilotwire/v1/change.proto\"\x8d\x04\n" +
 	"\vPushRequest\x12\x12\n" +
 	"\x04full\x18\x01 \x01(\bR\x04full\x128\n" +
 	"\vconfig_keys\x18\x02 \x03(\v2\x17.pilotwire.v1.ConfigKeyR\n" +
@@ -516,7 +530,9 @@ const file_pilotwire_v1_push_proto_rawDesc = "" +
 	"\rmerged_events\x18\a \x01(\x05R\fmergedEvents\x129\n" +
 	"\n" +
 	"emitted_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\temittedAt\x120\n" +
-	"\acovered\x18\t \x03(\v2\x16.pilotwire.v1.SeqRangeR\acovered\x1a:\n" +
+	"\acovered\x18\t \x03(\v2\x16.pilotwire.v1.SeqRangeR\acovered\x120\n" +
+	"\x14complete_through_seq\x18\n" +
+	" \x01(\x04R\x12completeThroughSeq\x1a:\n" +
 	"\fReasonsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\"4\n" +

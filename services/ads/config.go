@@ -8,6 +8,40 @@ import (
 	"github.com/pilotwire/pilotwire/pkg/svc"
 )
 
+// Config of one ADS frontend. Each field with a flag names it in AddFlags;
+// the defaults are DefaultConfig's.
+type Config struct {
+	svc.Common
+	// ADSAddr is the gRPC listen address (default 127.0.0.1:15010).
+	ADSAddr string
+	// FrontendID names this frontend in the registry; unique per process
+	// (default <hostname>-<random>).
+	FrontendID string
+	// MaxConnectionAge makes clients reconnect (and so rebalance across
+	// frontends) after this long; grpc-go adds jitter. Default 30m, as Istio.
+	MaxConnectionAge time.Duration
+	// DrainDuration is how long a stopping frontend keeps serving existing
+	// streams after it stopped accepting new ones.
+	DrainDuration time.Duration
+	// HeartbeatInterval of the registry entry.
+	HeartbeatInterval time.Duration
+	// RecordDeliveries writes every response, ACK and NACK to the
+	// DELIVERIES stream.
+	RecordDeliveries bool
+	// TLSCert and TLSKey enable TLS on the listener; ClientCA adds mutual
+	// TLS with a SPIFFE identity check (TrustDomain, if set, must match).
+	TLSCert, TLSKey, ClientCA, TrustDomain string
+	// NewStreamRate and NewStreamBurst bound how fast new streams are
+	// admitted (0: no limit); the rest get ResourceExhausted.
+	NewStreamRate  float64
+	NewStreamBurst int
+	// MeshConfigPath is a mesh config file in Istio's MeshConfig YAML shape
+	// (outboundTrafficPolicy); "" uses Istio's defaults. Read once, at start.
+	MeshConfigPath string
+	// OnListen, if set, is called with the bound ADS address (tests).
+	OnListen func(addr string)
+}
+
 // DefaultConfig is the configuration every flag defaults to; Run also takes
 // from it HeartbeatInterval when left zero.
 func DefaultConfig() Config {

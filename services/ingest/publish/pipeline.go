@@ -36,6 +36,16 @@ func (p *Publisher) apply(ctx context.Context, changes []Change) (Result, error)
 	if p.stream == nil {
 		return res, errors.New("publisher not started")
 	}
+	var (
+		replans map[Key]int // re-plans of each object so far
+		round   int         // rounds with re-plans so far
+		backoff *time.Timer
+	)
+	defer func() {
+		if backoff != nil {
+			backoff.Stop()
+		}
+	}()
 	for len(changes) > 0 {
 		wave, rest := splitWave(changes)
 		out := make([]*outMsg, 0, len(wave))
@@ -54,7 +64,40 @@ func (p *Publisher) apply(ctx context.Context, changes []Change) (Result, error)
 		if err != nil {
 			return res, err
 		}
-		changes = append(replan, rest...)
+		if len(replan) == 0 {
+			changes = rest
+			continue
+		}
+		if replans == nil {
+			replans = make(map[Key]int)
+		}
+		again := replan[:0]
+		for _, c := range replan {
+			k := c.Object.Key
+			replans[k]++
+			if replans[k] > p.opts.MaxReplans {
+				p.reject(RejectConflicts, &c.Object, 0, fmt.Sprintf("subject moved on under %d re-plans; giving the change up", p.opts.MaxReplans))
+				res.Rejected++
+				continue
+			}
+			again = append(again, c)
+		}
+		p.metrics.replans.Add(float64(len(again)))
+		if round++; round > 1 && len(again) > 0 {
+			wait := min(p.opts.RetryMin<<min(round-2, 20), p.opts.RetryMax)
+			p.log.Warn("changes conflicted again; re-planning after a backoff", "changes", len(again), "round", round, "backoff", wait)
+			if backoff == nil {
+				backoff = time.NewTimer(wait)
+			} else {
+				backoff.Reset(wait)
+			}
+			select {
+			case <-backoff.C:
+			case <-ctx.Done():
+				return res, ctx.Err()
+			}
+		}
+		changes = append(again, rest...)
 	}
 	return res, nil
 }

@@ -36,6 +36,12 @@ type Options struct {
 	// RetryMin and RetryMax bound the backoff between retries (defaults
 	// 50ms and 5s).
 	RetryMin, RetryMax time.Duration
+	// MaxReplans bounds how often one change is planned again after its
+	// subject moved on under it (default 5). The first re-plan is at
+	// once, each further round waits a backoff (RetryMin doubling up to
+	// RetryMax, with the lock held: the cluster's other changes wait too,
+	// for a bounded time).
+	MaxReplans int
 	// Now is the clock of observed_at (default time.Now).
 	Now func() time.Time
 }
@@ -59,6 +65,9 @@ func (o Options) withDefaults() Options {
 	if o.RetryMax < o.RetryMin {
 		o.RetryMax = max(5*time.Second, o.RetryMin)
 	}
+	if o.MaxReplans <= 0 {
+		o.MaxReplans = 5
+	}
 	if o.Now == nil {
 		o.Now = time.Now
 	}
@@ -74,8 +83,8 @@ type Result struct {
 	Deduplicated int
 	// Unchanged changes matched what the stream already had.
 	Unchanged int
-	// Rejected changes can never be stored (too large, empty object); each
-	// was logged and counted.
+	// Rejected changes can never be stored (too large, empty object), or
+	// were given up after MaxReplans conflicts; each was logged and counted.
 	Rejected int
 }
 

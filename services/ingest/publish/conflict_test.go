@@ -3,6 +3,7 @@ package publish_test
 import (
 	"bytes"
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/nats-io/nats.go"
@@ -87,5 +88,42 @@ func TestUndecodableLastRecordDoesNotWedge(t *testing.T) {
 				t.Errorf("conflicts = %v, want at most 1", got)
 			}
 		})
+	}
+}
+
+// TestReplansAreBounded: an object whose subject moves on under every
+// re-plan is given up after MaxReplans, logged and counted, and the rest of
+// the batch is published.
+func TestReplansAreBounded(t *testing.T) {
+	e := newEnv(t)
+	a, b := obj("Service", "default", "a", "1"), obj("Service", "default", "b", "1")
+	subject := names.ChangeSubject(cluster, &pb.ObjectRef{Kind: "Service", Namespace: "default", Name: "a"})
+	interfere := func() {
+		if _, err := e.js.PublishMsg(testCtx(t), &nats.Msg{Subject: subject, Data: []byte{0xff}}); err != nil {
+			t.Error(err)
+		}
+	}
+	p := e.start(t, func(o *publish.Options) {
+		o.MaxReplans = 3
+		o.Reread = func(k publish.Key) (publish.Change, bool) {
+			interfere() // someone writes the subject again, every time
+			return publish.Upsert(a), true
+		}
+	})
+	interfere()
+	ctx, cancel := context.WithTimeout(testCtx(t), 10*testutil.ShortTimeout)
+	defer cancel()
+	res, err := p.Apply(ctx, publish.Upsert(a), publish.Upsert(b))
+	if err != nil || res != (publish.Result{Published: 1, Rejected: 1}) {
+		t.Fatalf("apply: %+v, %v; want b published, a given up", res, err)
+	}
+	if got := metric(t, e.reg, "pilotwire_ingest_publish_replans_total", nil); got != 3 {
+		t.Errorf("replans = %v, want 3", got)
+	}
+	if got := metric(t, e.reg, "pilotwire_ingest_rejected_records_total", map[string]string{"reason": publish.RejectConflicts}); got != 1 {
+		t.Errorf("rejected (conflicts) = %v, want 1", got)
+	}
+	if !strings.Contains(e.log.String(), "giving the change up") {
+		t.Errorf("no log line for the given-up change:\n%s", e.log.String())
 	}
 }

@@ -273,7 +273,8 @@ func headerSize(h nats.Header) int {
 }
 
 // publishAll stores every record, retrying failures with backoff until they
-// succeed or ctx ends. It returns the changes to re-plan after conflicts.
+// succeed or ctx ends. It returns the changes to re-plan after conflicts:
+// the source's current view (Options.Reread), or the queued change.
 func (p *Publisher) publishAll(ctx context.Context, out []*outMsg) ([]Change, Result, error) {
 	var (
 		res    Result
@@ -294,9 +295,20 @@ func (p *Publisher) publishAll(ctx context.Context, out []*outMsg) ([]Change, Re
 				lastErr = err
 				continue
 			}
-			if again {
-				replan = append(replan, m.change)
+			if !again {
+				continue
 			}
+			c := m.change
+			if p.opts.Reread != nil {
+				// The queued change may be older than what the other
+				// writer stored: plan the source's view as it is now.
+				var ok bool
+				if c, ok = p.opts.Reread(m.key); !ok {
+					p.log.Warn("object was changed by another writer and the source has nothing for it now; dropping the queued change", "key", m.key.String())
+					continue
+				}
+			}
+			replan = append(replan, c)
 		}
 		if len(failed) == 0 {
 			return nil
@@ -394,7 +406,8 @@ func (p *Publisher) stored(m *outMsg, seq uint64, duplicate bool, res *Result) {
 // resolveConflict handles a publish refused because the subject's last
 // sequence was not the one expected: either our own record is already there
 // (a retry after the dedup window), or someone else wrote the subject, and
-// the change must be planned again against what they wrote.
+// the object must be planned again against what they wrote (from the
+// source's current view, see publishAll).
 func (p *Publisher) resolveConflict(ctx context.Context, m *outMsg, res *Result) (replan bool, err error) {
 	raw, err := bus.LastMsg(ctx, p.stream, m.msg.Subject)
 	if err != nil {

@@ -36,6 +36,14 @@ type Options struct {
 	// RetryMin and RetryMax bound the backoff between retries (defaults
 	// 50ms and 5s).
 	RetryMin, RetryMax time.Duration
+	// Reread, if set, is the source's current view of an object. After a
+	// conflict (another writer moved the object's subject on) the
+	// publisher plans what Reread returns instead of the queued change,
+	// which may be older than what the other writer stored; ok false
+	// drops the change (the source has nothing to say now). Without
+	// Reread the queued change is planned again. It is called with the
+	// publisher's lock held, from within Apply or Sync.
+	Reread func(Key) (c Change, ok bool)
 	// MaxReplans bounds how often one change is planned again after its
 	// subject moved on under it (default 5). The first re-plan is at
 	// once, each further round waits a backoff (RetryMin doubling up to

@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/pilotwire/pilotwire/pkg/lease"
 	"github.com/pilotwire/pilotwire/pkg/svc"
 	"github.com/pilotwire/pilotwire/services/ingest/filesource"
 	"github.com/pilotwire/pilotwire/services/ingest/kubesource"
@@ -81,6 +82,16 @@ type Config struct {
 	// --kube-client-burst, env PILOTWIRE_KUBE_CLIENT_BURST, default 100).
 	KubeClientQPS   float32
 	KubeClientBurst int
+
+	// ID names this instance in the writer leases (--id, env
+	// PILOTWIRE_INSTANCE_ID; default ingest-<hostname>-<random>). Each
+	// cluster id has one active writer at a time, the holder of its lease;
+	// other instances stand by (and are ready).
+	ID string
+	// LeaseTTL: a standby takes over a cluster id whose writer has not
+	// renewed its lease for this long (--lease-ttl, env
+	// PILOTWIRE_LEASE_TTL, default 3s).
+	LeaseTTL time.Duration
 }
 
 // DefaultConfig is the configuration every flag defaults to.
@@ -94,6 +105,7 @@ func DefaultConfig() Config {
 		ClusterSyncTimeout:      kubesource.DefaultSyncTimeout,
 		KubeClientQPS:           DefaultKubeClientQPS,
 		KubeClientBurst:         DefaultKubeClientBurst,
+		LeaseTTL:                lease.DefaultTTL,
 	}
 }
 
@@ -126,6 +138,10 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 		"queries per second of each cluster's API clients (env PILOTWIRE_KUBE_CLIENT_QPS)")
 	fs.IntVar(&c.KubeClientBurst, "kube-client-burst", svc.EnvInt("PILOTWIRE_KUBE_CLIENT_BURST", d.KubeClientBurst),
 		"burst of each cluster's API clients (env PILOTWIRE_KUBE_CLIENT_BURST)")
+	fs.StringVar(&c.ID, "id", svc.EnvString("PILOTWIRE_INSTANCE_ID", d.ID),
+		"unique id of this instance in the writer leases (env PILOTWIRE_INSTANCE_ID; default ingest-<hostname>-<random>)")
+	fs.DurationVar(&c.LeaseTTL, "lease-ttl", svc.EnvDuration("PILOTWIRE_LEASE_TTL", d.LeaseTTL),
+		"a standby takes over a cluster id whose writer has not renewed its lease for this long (env PILOTWIRE_LEASE_TTL)")
 }
 
 // FileSource reports whether the file source runs.
@@ -182,6 +198,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Kubeconfig != "" && c.InCluster {
 		errs = append(errs, errors.New("--kubeconfig and --in-cluster both name the config cluster; set one"))
+	}
+	if c.LeaseTTL < 0 {
+		errs = append(errs, errors.New("--lease-ttl must not be negative"))
 	}
 	if c.ClusterSyncTimeout < 0 {
 		errs = append(errs, errors.New("--cluster-sync-timeout must not be negative"))

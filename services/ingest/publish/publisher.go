@@ -94,6 +94,9 @@ type Result struct {
 	// Rejected changes can never be stored (too large, empty object), or
 	// were given up after MaxReplans conflicts; each was logged and counted.
 	Rejected int
+	// Withheld deletes were not published by a Sync that would have
+	// deleted too much (the mass-delete guard, Options.MaxDeleteFraction).
+	Withheld int
 }
 
 func (r *Result) add(o Result) {
@@ -101,6 +104,7 @@ func (r *Result) add(o Result) {
 	r.Deduplicated += o.Deduplicated
 	r.Unchanged += o.Unchanged
 	r.Rejected += o.Rejected
+	r.Withheld += o.Withheld
 }
 
 // entry is what the stream says about one object: its subject's last record.

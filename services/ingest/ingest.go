@@ -84,15 +84,11 @@ func Run(ctx context.Context, cfg Config, d svc.Deps) error {
 		id := cfg.fileClusterID()
 		ready.set("files", "reading the change stream")
 		var src *filesource.Source
-		pub, err := publish.New(js, publish.Options{
-			Cluster:    id,
-			Names:      names,
-			Stream:     cfg.StreamOptions(),
-			Log:        log,
-			Registerer: clusterRegisterer(reg, id),
-			// Called from within the source's Sync and Apply, once src is set.
-			Reread: func(k publish.Key) (publish.Change, bool) { return src.Current(k) },
-		})
+		po := cfg.publishOptions(names)
+		po.Cluster, po.Log, po.Registerer = id, log, clusterRegisterer(reg, id)
+		// Called from within the source's Sync and Apply, once src is set.
+		po.Reread = func(k publish.Key) (publish.Change, bool) { return src.Current(k) }
+		pub, err := publish.New(js, po)
 		if err != nil {
 			return err
 		}
@@ -152,7 +148,7 @@ func Run(ctx context.Context, cfg Config, d svc.Deps) error {
 			SecretNamespace:  cfg.ClusterSecretsNamespace,
 			ClientQPS:        cfg.kubeQPS(),
 			ClientBurst:      cfg.kubeBurst(),
-			Publish:          publish.Options{Names: names, Stream: cfg.StreamOptions()},
+			Publish:          cfg.publishOptions(names),
 			Lease:            lo,
 			Log:              log,
 			Registerer:       reg,

@@ -33,6 +33,7 @@ type metrics struct {
 	retries      *prometheus.CounterVec
 	conflicts    prometheus.Counter
 	replans      prometheus.Counter
+	massDeletes  prometheus.Counter
 	unreadable   prometheus.Counter
 	rejected     *prometheus.CounterVec
 	objects      prometheus.Gauge
@@ -65,6 +66,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		replans: promreg.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "pilotwire_ingest_publish_replans_total",
 			Help: "Changes planned again after a conflict; after the first, each round waits a backoff, and after MaxReplans the change is given up (rejected, reason conflicts).",
+		})),
+		massDeletes: promreg.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pilotwire_ingest_mass_deletes_withheld_total",
+			Help: "Syncs whose deletes were withheld because they would have deleted more than the mass-delete threshold of the cluster's live objects.",
 		})),
 		unreadable: promreg.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "pilotwire_ingest_unreadable_records_total",

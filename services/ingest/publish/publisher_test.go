@@ -531,3 +531,60 @@ func TestStartReadsManyObjects(t *testing.T) {
 		t.Fatalf("sync after restart: %+v, %v", res, err)
 	}
 }
+
+// TestSyncWithholdsMassDeletes: a Sync that would delete most of the
+// cluster (an empty or wrong config dir at start, a cluster re-added empty)
+// publishes its adds and updates but none of its deletes, logged and
+// counted; individual deletes still flow.
+func TestSyncWithholdsMassDeletes(t *testing.T) {
+	e := newEnv(t)
+	p1 := e.start(t)
+	var desired []publish.Object
+	for i := range 20 {
+		desired = append(desired, obj("Service", "default", fmt.Sprintf("s%02d", i), "1"))
+	}
+	if _, err := p1.Sync(testCtx(t), desired); err != nil {
+		t.Fatal(err)
+	}
+	p2 := e.start(t)
+	// Only one object left, and a new one: 19 of 20 would go.
+	res, err := p2.Sync(testCtx(t), []publish.Object{desired[0], obj("Service", "default", "new", "1")})
+	if err != nil || res != (publish.Result{Published: 1, Unchanged: 1, Withheld: 19}) {
+		t.Fatalf("sync: %+v, %v; want the new object published and 19 deletes withheld", res, err)
+	}
+	if n := len(e.records(t)); n != 21 {
+		t.Errorf("stream holds %d records, want 21", n)
+	}
+	if got := metric(t, e.reg, "pilotwire_ingest_mass_deletes_withheld_total", nil); got != 1 {
+		t.Errorf("mass_deletes_withheld = %v, want 1", got)
+	}
+	if !strings.Contains(e.log.String(), "withholding its deletes") {
+		t.Errorf("no log line for the withheld deletes:\n%s", e.log.String())
+	}
+	// A small share is not a mass delete.
+	keep := append([]publish.Object{obj("Service", "default", "new", "1")}, desired[:15]...)
+	if res, err := p2.Sync(testCtx(t), keep); err != nil || res.Published != 5 || res.Withheld != 0 {
+		t.Fatalf("sync deleting 5 of 21: %+v, %v", res, err)
+	}
+	// Nor is a delete of one object.
+	if res, err := p2.Apply(testCtx(t), publish.Delete(desired[0])); err != nil || res.Published != 1 {
+		t.Fatalf("delete: %+v, %v", res, err)
+	}
+}
+
+// TestMassDeleteGuardCanBeTurnedOff: threshold 1 lets a Sync delete all.
+func TestMassDeleteGuardCanBeTurnedOff(t *testing.T) {
+	e := newEnv(t)
+	p1 := e.start(t)
+	var desired []publish.Object
+	for i := range 20 {
+		desired = append(desired, obj("Service", "default", fmt.Sprintf("s%02d", i), "1"))
+	}
+	if _, err := p1.Sync(testCtx(t), desired); err != nil {
+		t.Fatal(err)
+	}
+	p2 := e.start(t, func(o *publish.Options) { o.MassDeleteThreshold = 1 })
+	if res, err := p2.Sync(testCtx(t), nil); err != nil || res != (publish.Result{Published: 20}) {
+		t.Fatalf("sync: %+v, %v; want 20 deletes", res, err)
+	}
+}

@@ -35,6 +35,10 @@ type Elector struct {
 	Leader prometheus.Gauge
 	// Now is the clock (tests); default time.Now.
 	Now func() time.Time
+	// Waiting, if set, hears of each campaign round that finds the lease
+	// held by another instance (holder is the lease's value), so that a
+	// standby can say so (readiness, status).
+	Waiting func(holder string)
 }
 
 // ErrLost is the cause of the work context's cancellation when the lease
@@ -80,7 +84,7 @@ func (e *Elector) Run(ctx context.Context, work func(ctx context.Context) error)
 	}
 }
 
-func (e *Elector) tryAcquire(ctx context.Context, observedRev *uint64, observedAt *time.Time) (uint64, bool, error) {
+func (e *Elector) tryAcquire(ctx context.Context, observedRev *uint64, observedAt *time.Time) (_ uint64, won bool, _ error) {
 	rev, err := e.KV.Create(ctx, e.Key, []byte(e.Holder))
 	if err == nil {
 		return rev, true, nil
@@ -95,6 +99,13 @@ func (e *Elector) tryAcquire(ctx context.Context, observedRev *uint64, observedA
 	if err != nil {
 		return 0, false, fmt.Errorf("read lease %s: %w", e.Key, err)
 	}
+	if e.Waiting != nil {
+		defer func() {
+			if !won {
+				e.Waiting(string(entry.Value()))
+			}
+		}()
+	}
 	now := e.Now()
 	if entry.Revision() != *observedRev {
 		*observedRev, *observedAt = entry.Revision(), now
@@ -107,6 +118,7 @@ func (e *Elector) tryAcquire(ctx context.Context, observedRev *uint64, observedA
 	if err != nil {
 		return 0, false, nil // someone else renewed or took it
 	}
+	won = true
 	e.Log.Info("lease taken over from a silent holder", "key", e.Key, "previous", string(entry.Value()))
 	return rev, true, nil
 }

@@ -180,3 +180,32 @@ func TestHolderStopsBeforeAnyStandbyMayTakeOver(t *testing.T) {
 		}
 	}
 }
+
+// TestWaitingNamesTheHolder: a standby hears who holds the lease.
+func TestWaitingNamesTheHolder(t *testing.T) {
+	kv := bucket(t, natstest.Start(t))
+	a := run(t, kv, "a")
+	testutil.Eventually(t, "a active", a.active.Load)
+	heard := make(chan string, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.DefaultTimeout)
+	defer cancel()
+	e := &Elector{KV: kv, Key: "debouncer", Holder: "b", TTL: 1500 * time.Millisecond, Log: slog.New(slog.DiscardHandler),
+		Waiting: func(holder string) {
+			select {
+			case heard <- holder:
+			default:
+			}
+			cancel()
+		}}
+	if err := e.Run(ctx, func(context.Context) error { t.Error("b became active"); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case h := <-heard:
+		if h != "a" {
+			t.Errorf("Waiting(%q), want a", h)
+		}
+	default:
+		t.Error("Waiting never called")
+	}
+}

@@ -3,14 +3,19 @@ package ingest
 import (
 	"errors"
 	"fmt"
+	"os"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
 
+	"github.com/pilotwire/pilotwire/pkg/bus"
+	"github.com/pilotwire/pilotwire/pkg/lease"
 	"github.com/pilotwire/pilotwire/pkg/svc"
 	"github.com/pilotwire/pilotwire/services/ingest/filesource"
 	"github.com/pilotwire/pilotwire/services/ingest/kubesource"
+	"github.com/pilotwire/pilotwire/services/ingest/publish"
 )
 
 // Defaults.
@@ -22,6 +27,9 @@ const (
 	// DefaultFileDebounce is how long a manifest file must stay quiet
 	// before it is read again.
 	DefaultFileDebounce = filesource.DefaultQuiet
+	// DefaultMassDeleteThreshold: a sync that would delete more than this
+	// share of a cluster's live objects deletes nothing.
+	DefaultMassDeleteThreshold = 0.5
 	// DefaultKubeClientQPS and DefaultKubeClientBurst limit each cluster's
 	// API clients.
 	DefaultKubeClientQPS   = 50
@@ -81,6 +89,24 @@ type Config struct {
 	// --kube-client-burst, env PILOTWIRE_KUBE_CLIENT_BURST, default 100).
 	KubeClientQPS   float32
 	KubeClientBurst int
+
+	// MassDeleteThreshold guards the syncs (start, a cluster's initial
+	// list, a removed cluster): one that would delete more than this
+	// fraction of a cluster's live objects (and more than 10) publishes
+	// its adds and updates but no deletes, logged and counted
+	// (--mass-delete-threshold, env PILOTWIRE_MASS_DELETE_THRESHOLD,
+	// default 0.5; 1 turns the guard off).
+	MassDeleteThreshold float64
+
+	// ID names this instance in the writer leases (--id, env
+	// PILOTWIRE_INSTANCE_ID; default ingest-<hostname>-<random>). Each
+	// cluster id has one active writer at a time, the holder of its lease;
+	// other instances stand by (and are ready).
+	ID string
+	// LeaseTTL: a standby takes over a cluster id whose writer has not
+	// renewed its lease for this long (--lease-ttl, env
+	// PILOTWIRE_LEASE_TTL, default 3s).
+	LeaseTTL time.Duration
 }
 
 // DefaultConfig is the configuration every flag defaults to.
@@ -94,6 +120,8 @@ func DefaultConfig() Config {
 		ClusterSyncTimeout:      kubesource.DefaultSyncTimeout,
 		KubeClientQPS:           DefaultKubeClientQPS,
 		KubeClientBurst:         DefaultKubeClientBurst,
+		LeaseTTL:                lease.DefaultTTL,
+		MassDeleteThreshold:     DefaultMassDeleteThreshold,
 	}
 }
 
@@ -126,6 +154,12 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 		"queries per second of each cluster's API clients (env PILOTWIRE_KUBE_CLIENT_QPS)")
 	fs.IntVar(&c.KubeClientBurst, "kube-client-burst", svc.EnvInt("PILOTWIRE_KUBE_CLIENT_BURST", d.KubeClientBurst),
 		"burst of each cluster's API clients (env PILOTWIRE_KUBE_CLIENT_BURST)")
+	fs.Float64Var(&c.MassDeleteThreshold, "mass-delete-threshold", envFloat("PILOTWIRE_MASS_DELETE_THRESHOLD", d.MassDeleteThreshold),
+		"a sync (start, a cluster's initial list, a removed cluster) that would delete more than this fraction of a cluster's live objects (and more than 10) deletes nothing; 1 turns the guard off (env PILOTWIRE_MASS_DELETE_THRESHOLD)")
+	fs.StringVar(&c.ID, "id", svc.EnvString("PILOTWIRE_INSTANCE_ID", d.ID),
+		"unique id of this instance in the writer leases (env PILOTWIRE_INSTANCE_ID; default ingest-<hostname>-<random>)")
+	fs.DurationVar(&c.LeaseTTL, "lease-ttl", svc.EnvDuration("PILOTWIRE_LEASE_TTL", d.LeaseTTL),
+		"a standby takes over a cluster id whose writer has not renewed its lease for this long (env PILOTWIRE_LEASE_TTL)")
 }
 
 // FileSource reports whether the file source runs.
@@ -182,6 +216,12 @@ func (c *Config) Validate() error {
 	}
 	if c.Kubeconfig != "" && c.InCluster {
 		errs = append(errs, errors.New("--kubeconfig and --in-cluster both name the config cluster; set one"))
+	}
+	if c.MassDeleteThreshold < 0 {
+		errs = append(errs, errors.New("--mass-delete-threshold must not be negative"))
+	}
+	if c.LeaseTTL < 0 {
+		errs = append(errs, errors.New("--lease-ttl must not be negative"))
 	}
 	if c.ClusterSyncTimeout < 0 {
 		errs = append(errs, errors.New("--cluster-sync-timeout must not be negative"))
@@ -251,6 +291,16 @@ func (c *Config) kubeClusters() ([]kubesource.ClusterConfig, error) {
 	return out, nil
 }
 
+// publishOptions is the template of every publisher's options.
+func (c *Config) publishOptions(names bus.Names) publish.Options {
+	return publish.Options{
+		Names:               names,
+		Stream:              c.StreamOptions(),
+		MassDeleteThreshold: c.MassDeleteThreshold,
+		MassDeleteOverride:  "set --mass-delete-threshold=1 (PILOTWIRE_MASS_DELETE_THRESHOLD) to allow it",
+	}
+}
+
 // kubeQPS and kubeBurst are the client limits, DefaultConfig's when unset.
 func (c *Config) kubeQPS() float32 {
 	if c.KubeClientQPS > 0 {
@@ -264,4 +314,20 @@ func (c *Config) kubeBurst() int {
 		return c.KubeClientBurst
 	}
 	return DefaultConfig().KubeClientBurst
+}
+
+// envFloat returns the environment variable name as a float, or def when
+// unset or invalid (an invalid value is reported on stderr once at
+// start-up), as pkg/svc's Env helpers do.
+func envFloat(name string, def float64) float64 {
+	v, ok := os.LookupEnv(name)
+	if !ok || v == "" {
+		return def
+	}
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "ignoring %s=%q: %v\n", name, v, err)
+		return def
+	}
+	return f
 }

@@ -8,10 +8,13 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/pilotwire/pilotwire/pkg/bus"
 	"github.com/pilotwire/pilotwire/pkg/svc"
 	"github.com/pilotwire/pilotwire/services/ingest/filesource"
+	"github.com/pilotwire/pilotwire/services/ingest/internal/promreg"
 	"github.com/pilotwire/pilotwire/services/ingest/kubesource"
 	"github.com/pilotwire/pilotwire/services/ingest/publish"
 )
@@ -49,23 +52,47 @@ func Run(ctx context.Context, cfg Config, d svc.Deps) error {
 		log.Info("ingest ready", "cluster", id, "config_dir", cfg.ConfigDir, "kube_clusters", len(cfg.Clusters)+btoi(cfg.ConfigClusterSet()))
 	}}
 
+	// One active writer per cluster id: the holder of its lease.
+	ready.set("leases", "creating the lease bucket")
+	var leases jetstream.KeyValue
+	err = svc.Retry(ctx, svc.RetryOptions{
+		First: 500 * time.Millisecond, Max: 30 * time.Second,
+		Log: log, Msg: "cannot create the lease bucket, retrying",
+		Failures: promreg.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pilotwire_ingest_lease_bucket_retries_total",
+			Help: "Failed tries to create or open the lease bucket, retried after a backoff.",
+		})),
+		OnFailure: func(err error, _ time.Duration) { ready.set("leases", "creating the lease bucket: "+err.Error()) },
+	}, func() error {
+		var err error
+		leases, err = bus.EnsureKV(ctx, js, names.LeaseConfig(cfg.StreamOptions()))
+		return err
+	})
+	if err != nil {
+		return nil // ctx ended
+	}
+	ready.set("leases", "")
+	lo := publish.LeaseOptions{KV: leases, Holder: cfg.ID, TTL: cfg.LeaseTTL}
+	if lo.Holder == "" {
+		lo.Holder = svc.InstanceID("ingest")
+	}
+
 	type starter func(ctx context.Context) error
 	var sources []starter
 
 	if cfg.FileSource() {
 		id := cfg.fileClusterID()
 		ready.set("files", "reading the change stream")
-		pub, err := publish.New(js, publish.Options{
-			Cluster:    id,
-			Names:      names,
-			Stream:     cfg.StreamOptions(),
-			Log:        log,
-			Registerer: clusterRegisterer(reg, id),
-		})
+		var src *filesource.Source
+		po := cfg.publishOptions(names)
+		po.Cluster, po.Log, po.Registerer = id, log, clusterRegisterer(reg, id)
+		// Called from within the source's Sync and Apply, once src is set.
+		po.Reread = func(k publish.Key) (publish.Change, bool) { return src.Current(k) }
+		pub, err := publish.New(js, po)
 		if err != nil {
 			return err
 		}
-		src, err := filesource.New(pub, filesource.Options{
+		src, err = filesource.New(pub, filesource.Options{
 			Dir:        cfg.ConfigDir,
 			Quiet:      cfg.FileDebounce,
 			Log:        log,
@@ -74,7 +101,7 @@ func Run(ctx context.Context, cfg Config, d svc.Deps) error {
 		if err != nil {
 			return err
 		}
-		sources = append(sources, func(ctx context.Context) error {
+		term := func(ctx context.Context) error {
 			notReady := func(err error, _ time.Duration) { ready.set("files", "reading the change stream: "+err.Error()) }
 			if err := pub.StartRetrying(ctx, notReady); err != nil {
 				return nil // ctx ended
@@ -89,6 +116,23 @@ func Run(ctx context.Context, cfg Config, d svc.Deps) error {
 				return fmt.Errorf("file source: %w", err)
 			}
 			return nil
+		}
+		holder := ""
+		el := lo.Elector(id, log, clusterRegisterer(reg, id), func(h string) {
+			if h != holder {
+				holder = h // Run's goroutine only
+				log.Info("another instance writes the file source's cluster; standing by", "cluster", id, "holder", h)
+			}
+			ready.set("files", "")
+		})
+		sources = append(sources, func(ctx context.Context) error {
+			if el == nil {
+				return term(ctx)
+			}
+			return el.Run(ctx, func(ctx context.Context) error {
+				holder = ""
+				return term(ctx)
+			})
 		})
 	}
 
@@ -104,7 +148,8 @@ func Run(ctx context.Context, cfg Config, d svc.Deps) error {
 			SecretNamespace:  cfg.ClusterSecretsNamespace,
 			ClientQPS:        cfg.kubeQPS(),
 			ClientBurst:      cfg.kubeBurst(),
-			Publish:          publish.Options{Names: names, Stream: cfg.StreamOptions()},
+			Publish:          cfg.publishOptions(names),
+			Lease:            lo,
 			Log:              log,
 			Registerer:       reg,
 		}

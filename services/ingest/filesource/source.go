@@ -461,3 +461,17 @@ func placeholders(live []publish.LiveObject) fileObjects {
 	}
 	return out
 }
+
+// Current is the directory's view of an object, for the publisher to plan
+// after a conflict (publish.Options.Reread): the winning definition, or a
+// delete. It reads the source's model and must be called from within the
+// sink's Sync or Apply, which Run makes on its own goroutine.
+func (s *Source) Current(k publish.Key) (publish.Change, bool) {
+	if s.model == nil {
+		return publish.Change{}, false
+	}
+	if o, ok := s.model.winner(k); ok {
+		return publish.Upsert(o), true
+	}
+	return publish.Delete(publish.Object{Key: k}), true
+}

@@ -36,6 +36,10 @@ const (
 	StateTimedOut State = "timed_out"
 	// StateSynced: the cluster's objects are on the stream and followed.
 	StateSynced State = "synced"
+	// StateStandby: another instance holds the cluster's writer lease
+	// (Holder says which); this one watches nothing and takes over when
+	// the lease is free.
+	StateStandby State = "standby"
 )
 
 // ClusterStatus describes one running cluster.
@@ -51,22 +55,24 @@ type ClusterStatus struct {
 	SyncedAt  *time.Time `json:"synced_at,omitempty"`
 	// LastError is the last list/watch error, if any.
 	LastError string `json:"last_error,omitempty"`
+	// Holder is the instance writing the cluster, while standing by.
+	Holder string `json:"holder,omitempty"`
 }
 
-// cluster watches one Kubernetes cluster and feeds its publisher.
+// cluster watches one Kubernetes cluster and feeds its publisher, for one
+// term (see running).
 type cluster struct {
 	// set at construction
-	id      string
-	origin  string
-	cfg     *rest.Config
-	config  bool // watch config kinds (Istio, Gateway API) too
-	src     *Source
-	sink    Sink
-	log     *slog.Logger
-	queue   *workqueue.Typed[item]
-	kick    chan struct{} // CRD changes for discovery, capacity 1
-	settled chan struct{} // closed once synced or timed out
-	settle  sync.Once
+	id     string
+	origin string
+	cfg    *rest.Config
+	config bool // watch config kinds (Istio, Gateway API) too
+	src    *Source
+	r      *running
+	sink   Sink // set before run
+	log    *slog.Logger
+	queue  *workqueue.Typed[item]
+	kick   chan struct{} // CRD changes for discovery, capacity 1
 
 	// guarded by mu
 	mu         sync.Mutex
@@ -80,21 +86,20 @@ type cluster struct {
 	lastErr    string
 }
 
-func newCluster(src *Source, id, origin string, cfg *rest.Config, config bool, sink Sink) *cluster {
+func newCluster(src *Source, r *running) *cluster {
 	return &cluster{
-		id:     id,
-		origin: origin,
-		cfg:    cfg,
-		config: config,
+		id:     r.id,
+		origin: r.origin,
+		cfg:    r.cfg,
+		config: r.config,
 		src:    src,
-		sink:   sink,
-		log:    src.log.With("cluster", id),
+		r:      r,
+		log:    src.log.With("cluster", r.id),
 		queue: workqueue.NewTypedWithConfig(workqueue.TypedQueueConfig[item]{
-			Name:            id,
+			Name:            r.id,
 			MetricsProvider: queueMetrics{src.metrics},
 		}),
 		kick:      make(chan struct{}, 1),
-		settled:   make(chan struct{}),
 		handlers:  make(map[schema.GroupVersionKind]*kindHandler),
 		changed:   make(chan struct{}),
 		state:     StateSyncing,
@@ -342,7 +347,7 @@ func (c *cluster) markSynced() {
 	c.markSettled()
 }
 
-func (c *cluster) markSettled() { c.settle.Do(func() { close(c.settled) }) }
+func (c *cluster) markSettled() { c.r.markSettled() }
 
 func (c *cluster) setLastError(msg string) {
 	c.mu.Lock()

@@ -44,6 +44,7 @@ func TestKubernetesSource(t *testing.T) {
 	t.Run("CRD discovery starts and stops watches", func(t *testing.T) { testCRDDiscovery(t, a) })
 	t.Run("Gateway API gating", func(t *testing.T) { testGatewayAPIGating(t, a) })
 	t.Run("many clusters", func(t *testing.T) { testManyClusters(t, a) })
+	t.Run("a cluster whose Secret went while ingest was down is deleted", func(t *testing.T) { testStaleSecretCluster(t, a) })
 }
 
 func alpha(c *k8stest.Cluster) []kubesource.ClusterConfig {

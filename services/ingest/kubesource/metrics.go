@@ -39,10 +39,15 @@ type metrics struct {
 	processed  *prometheus.CounterVec
 	clusters   *prometheus.GaugeVec
 	syncedSecs *prometheus.GaugeVec
+	stale      prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
 	return &metrics{
+		stale: promreg.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pilotwire_ingest_kube_stale_clusters_total",
+			Help: "Clusters from multicluster Secrets found on the stream at start with no Secret naming them any more; their objects are deleted (subject to the mass-delete guard).",
+		})),
 		synced: promreg.Register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "pilotwire_ingest_kube_cluster_synced",
 			Help: "1 once a cluster's informers have synced and its objects are on the stream, else 0.",

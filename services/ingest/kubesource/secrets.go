@@ -119,6 +119,9 @@ wait:
 	}
 	sc.log.Info("multicluster Secrets applied", "secrets", len(sc.bySecret))
 	sc.markSettled()
+	// Every Secret is listed: a cluster from a Secret that is on the
+	// stream but not running had its Secret removed while ingest was down.
+	sc.src.reconcileStale(ctx)
 	for {
 		key, shutdown := sc.queue.Get()
 		if shutdown {

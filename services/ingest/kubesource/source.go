@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/rest"
 
+	"github.com/pilotwire/pilotwire/pkg/lease"
 	"github.com/pilotwire/pilotwire/services/ingest/publish"
 )
 
@@ -92,9 +93,14 @@ type Options struct {
 	ClientQPS   float32
 	ClientBurst int
 	// Publish is the template of every cluster's publisher options; the
-	// cluster id, logger and registerer (with a cluster label) are set per
-	// cluster.
+	// cluster id, logger, registerer (with a cluster label) and Reread
+	// are set per cluster.
 	Publish publish.Options
+	// Lease, with a bucket, makes each cluster id's writer one instance at
+	// a time: a cluster is watched and published only while this instance
+	// holds its lease (publish.LeaseKey); the others stand by (and count
+	// as settled for readiness, so that a rolling update can proceed).
+	Lease publish.LeaseOptions
 	// Log receives the source's logs (default: discarded).
 	Log *slog.Logger
 	// Registerer receives the source's metrics (default: none).
@@ -134,13 +140,26 @@ type Source struct {
 	clusters map[string]*running
 }
 
-// running is one cluster's goroutine.
+// running is one cluster's goroutine. It runs terms: a term watches and
+// publishes the cluster while this instance holds its lease (with no
+// lease, one term lasts as long as the cluster).
 type running struct {
-	c      *cluster
-	kind   string // origin kind: flag, in-cluster, secret
-	cancel context.CancelFunc
-	done   chan struct{}
+	// set at construction
+	id, origin string
+	kind       string // origin kind: flag, in-cluster, secret
+	cfg        *rest.Config
+	config     bool // watch config kinds too
+	cancel     context.CancelFunc
+	done       chan struct{} // closed when the goroutine has ended
+	settled    chan struct{} // closed once synced, timed out, or standing by
+	settle     sync.Once
+
+	// guarded by Source.mu
+	c      *cluster // the current term's; nil before the first and while standing by
+	holder string   // the instance writing the cluster, while standing by
 }
+
+func (r *running) markSettled() { r.settle.Do(func() { close(r.settled) }) }
 
 // errDuplicateCluster reports a cluster id already in use.
 var errDuplicateCluster = errors.New("cluster id already in use")
@@ -217,14 +236,14 @@ func (s *Source) Run(ctx context.Context, ready func([]ClusterStatus)) error {
 		return nil
 	}
 	s.mu.Lock()
-	waitFor := make([]*cluster, 0, len(s.clusters))
+	waitFor := make([]*running, 0, len(s.clusters))
 	for _, r := range s.clusters {
-		waitFor = append(waitFor, r.c)
+		waitFor = append(waitFor, r)
 	}
 	s.mu.Unlock()
-	for _, c := range waitFor {
+	for _, r := range waitFor {
 		select {
-		case <-c.settled:
+		case <-r.settled:
 		case <-ctx.Done():
 			return nil
 		}
@@ -244,28 +263,70 @@ func (s *Source) addCluster(ctx context.Context, id, origin, kind string, cfg *r
 	if _, ok := s.clusters[id]; ok || slices.Contains(s.opts.ReservedIDs, id) {
 		return fmt.Errorf("cluster %q: %w", id, errDuplicateCluster)
 	}
-	po := s.opts.Publish
-	po.Cluster = id
-	po.Log = s.log
-	if s.opts.Registerer != nil {
-		po.Registerer = prometheus.WrapRegistererWith(prometheus.Labels{"cluster": id}, s.opts.Registerer)
-	}
-	pub, err := publish.New(s.js, po)
-	if err != nil {
-		return fmt.Errorf("cluster %q: %w", id, err)
-	}
-	c := newCluster(s, id, origin, cfg, config, pub)
 	cctx, cancel := context.WithCancel(ctx)
-	r := &running{c: c, kind: kind, cancel: cancel, done: make(chan struct{})}
+	r := &running{id: id, origin: origin, kind: kind, cfg: cfg, config: config, cancel: cancel,
+		done: make(chan struct{}), settled: make(chan struct{})}
 	s.clusters[id] = r
 	s.metrics.clusters.WithLabelValues(kind).Inc()
 	s.metrics.synced.WithLabelValues(id).Set(0)
-	c.log.Info("watching cluster", "origin", origin, "host", cfg.Host, "config_kinds", config)
+	s.log.Info("watching cluster", "cluster", id, "origin", origin, "host", cfg.Host, "config_kinds", config)
 	s.wg.Go(func() {
 		defer close(r.done)
-		c.run(cctx)
+		s.runCluster(cctx, r)
 	})
 	return nil
+}
+
+// clusterRegisterer labels metrics with the cluster id.
+func (s *Source) clusterRegisterer(id string) prometheus.Registerer {
+	if s.opts.Registerer == nil {
+		return nil
+	}
+	return prometheus.WrapRegistererWith(prometheus.Labels{"cluster": id}, s.opts.Registerer)
+}
+
+// newPublisher returns a publisher of cluster id.
+func (s *Source) newPublisher(id string, reread func(publish.Key) (publish.Change, bool)) *publish.Publisher {
+	po := s.opts.Publish
+	po.Cluster = id
+	po.Log = s.log
+	po.Registerer = s.clusterRegisterer(id)
+	po.Reread = reread
+	pub, err := publish.New(s.js, po)
+	if err != nil {
+		panic(err) // only without a cluster id, which addCluster refuses
+	}
+	return pub
+}
+
+// runCluster runs r's terms until ctx ends: one, or one each time this
+// instance wins the cluster's writer lease.
+func (s *Source) runCluster(ctx context.Context, r *running) {
+	term := func(ctx context.Context) error {
+		c := newCluster(s, r)
+		c.sink = s.newPublisher(r.id, c.current)
+		s.mu.Lock()
+		r.c, r.holder = c, ""
+		s.mu.Unlock()
+		c.run(ctx)
+		return nil
+	}
+	el := s.opts.Lease.Elector(r.id, s.log, s.clusterRegisterer(r.id), func(holder string) {
+		s.mu.Lock()
+		changed := r.holder != holder
+		r.c, r.holder = nil, holder
+		s.mu.Unlock()
+		s.metrics.synced.WithLabelValues(r.id).Set(0)
+		if changed {
+			s.log.Info("another instance writes the cluster; standing by", "cluster", r.id, "holder", holder)
+		}
+		r.markSettled()
+	})
+	if el == nil {
+		_ = term(ctx)
+		return
+	}
+	_ = el.Run(ctx, term) // term returns nil: Run ends with ctx
 }
 
 // removeCluster stops watching a cluster and waits for its goroutines. With
@@ -284,28 +345,98 @@ func (s *Source) removeCluster(ctx context.Context, id string, purge bool) {
 	s.metrics.clusters.WithLabelValues(r.kind).Dec()
 	s.metrics.forget(id)
 	if !purge {
-		r.c.log.Info("stopped watching cluster")
+		s.log.Info("stopped watching cluster", "cluster", id)
 		return
 	}
-	if err := r.c.sink.StartRetrying(ctx, nil); err != nil {
-		return // ctx ended
-	}
-	res, err := r.c.sink.Sync(ctx, nil)
-	if err != nil {
-		return
-	}
-	r.c.log.Info("cluster removed; its objects are deleted from the stream", "deleted", res.Published+res.Deduplicated)
+	s.purge(ctx, id, "cluster removed")
 }
+
+// purge publishes a delete for every object cluster id has on the stream,
+// as the cluster's writer: with a lease, once this instance holds it
+// (waiting at most two lease TTLs: an instance that holds it longer is
+// active and sees the same removal). The deletes are subject to the
+// publisher's mass-delete guard.
+func (s *Source) purge(ctx context.Context, id, why string) {
+	pub := s.newPublisher(id, nil)
+	work := func(ctx context.Context) error {
+		if err := pub.StartRetrying(ctx, nil); err != nil {
+			return err // ctx ended
+		}
+		res, err := pub.Sync(ctx, nil)
+		if err != nil {
+			return err
+		}
+		s.log.Info(why+"; its objects are deleted from the stream", "cluster", id,
+			"deleted", res.Published+res.Deduplicated, "withheld", res.Withheld)
+		return nil
+	}
+	el := s.opts.Lease.Elector(id, s.log, s.clusterRegisterer(id), nil)
+	if el == nil {
+		_ = work(ctx)
+		return
+	}
+	wait := 2 * cmp.Or(s.opts.Lease.TTL, lease.DefaultTTL)
+	if ran, _ := runOnce(ctx, el, wait, work); !ran && ctx.Err() == nil {
+		s.log.Warn(why+"; another instance holds its writer lease and deletes its objects", "cluster", id, "waited", wait)
+	}
+}
+
+// runOnce runs work once as el's lease holder, if the lease is won within
+// wait; it reports whether work ran.
+func runOnce(ctx context.Context, el *lease.Elector, wait time.Duration, work func(context.Context) error) (bool, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		mu               sync.Mutex
+		started, expired bool
+		werr             error
+	)
+	timer := time.AfterFunc(wait, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if !started {
+			expired = true
+			cancel()
+		}
+	})
+	defer timer.Stop()
+	_ = el.Run(ctx, func(wctx context.Context) error {
+		mu.Lock()
+		if expired {
+			mu.Unlock()
+			return errOnceDone
+		}
+		started = true
+		mu.Unlock()
+		werr = work(wctx)
+		cancel() // one term only; Run releases the lease
+		return errOnceDone
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	return started, werr
+}
+
+// errOnceDone ends runOnce's Run after its one term.
+var errOnceDone = errors.New("done")
 
 // Status describes every running cluster, sorted by id.
 func (s *Source) Status() []ClusterStatus {
 	s.mu.Lock()
 	cs := make([]*cluster, 0, len(s.clusters))
+	var out []ClusterStatus
 	for _, r := range s.clusters {
-		cs = append(cs, r.c)
+		if r.c != nil {
+			cs = append(cs, r.c)
+			continue
+		}
+		st := ClusterStatus{ID: r.id, Origin: r.origin, State: StateSyncing}
+		if r.holder != "" {
+			st.State, st.Holder = StateStandby, r.holder
+		}
+		out = append(out, st)
 	}
 	s.mu.Unlock()
-	out := make([]ClusterStatus, 0, len(cs))
 	for _, c := range cs {
 		out = append(out, c.status())
 	}

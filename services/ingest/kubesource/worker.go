@@ -119,6 +119,26 @@ func (c *cluster) objectChange(it item) (publish.Change, bool) {
 	return publish.Upsert(o), true
 }
 
+// current is the informer's view of an object, for the publisher to plan
+// after a conflict (publish.Options.Reread): an upsert, a delete, or
+// nothing if the kind is not watched or the cache cannot say.
+func (c *cluster) current(k publish.Key) (publish.Change, bool) {
+	c.mu.Lock()
+	var gvk schema.GroupVersionKind
+	found := false
+	for g := range c.handlers {
+		if g.Group == k.Group && g.Kind == k.Kind {
+			gvk, found = g, true
+			break
+		}
+	}
+	c.mu.Unlock()
+	if !found {
+		return publish.Change{}, false
+	}
+	return c.objectChange(item{op: itemObject, gvk: gvk, namespace: k.Namespace, name: k.Name})
+}
+
 // syncKind makes the stream hold exactly the informer's objects of one
 // kind: upserts for what it has, deletes for live objects it lacks.
 func (c *cluster) syncKind(ctx context.Context, gvk schema.GroupVersionKind) error {

@@ -13,6 +13,10 @@ const (
 	// RejectSubjectTooLong: the object's subject is longer than
 	// bus.MaxSubjectLen (a name no API server would accept).
 	RejectSubjectTooLong = "subject_too_long"
+	// RejectConflicts: the object's subject moved on under every one of
+	// MaxReplans re-plans; the change is given up (the source's next event
+	// on the object tries again).
+	RejectConflicts = "conflicts"
 )
 
 // Operations of pilotwire_ingest_publish_retries_total.
@@ -28,6 +32,9 @@ type metrics struct {
 	errors       prometheus.Counter
 	retries      *prometheus.CounterVec
 	conflicts    prometheus.Counter
+	replans      prometheus.Counter
+	massDeletes  prometheus.Counter
+	unreadable   prometheus.Counter
 	rejected     *prometheus.CounterVec
 	objects      prometheus.Gauge
 	lastSeq      prometheus.Gauge
@@ -55,6 +62,18 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		conflicts: promreg.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "pilotwire_ingest_publish_conflicts_total",
 			Help: "Publishes refused because the object's subject moved on (another writer); the change is re-planned.",
+		})),
+		replans: promreg.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pilotwire_ingest_publish_replans_total",
+			Help: "Changes planned again after a conflict; after the first, each round waits a backoff, and after MaxReplans the change is given up (rejected, reason conflicts).",
+		})),
+		massDeletes: promreg.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pilotwire_ingest_mass_deletes_withheld_total",
+			Help: "Syncs whose deletes were withheld because they would have deleted more than the mass-delete threshold of the cluster's live objects.",
+		})),
+		unreadable: promreg.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pilotwire_ingest_unreadable_records_total",
+			Help: "Change records of this cluster the publisher could not decode (another writer version, garbage); their sequence is kept, the object treated as unknown.",
 		})),
 		rejected: promreg.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pilotwire_ingest_rejected_records_total",

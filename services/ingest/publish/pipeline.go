@@ -36,6 +36,16 @@ func (p *Publisher) apply(ctx context.Context, changes []Change) (Result, error)
 	if p.stream == nil {
 		return res, errors.New("publisher not started")
 	}
+	var (
+		replans map[Key]int // re-plans of each object so far
+		round   int         // rounds with re-plans so far
+		backoff *time.Timer
+	)
+	defer func() {
+		if backoff != nil {
+			backoff.Stop()
+		}
+	}()
 	for len(changes) > 0 {
 		wave, rest := splitWave(changes)
 		out := make([]*outMsg, 0, len(wave))
@@ -54,7 +64,40 @@ func (p *Publisher) apply(ctx context.Context, changes []Change) (Result, error)
 		if err != nil {
 			return res, err
 		}
-		changes = append(replan, rest...)
+		if len(replan) == 0 {
+			changes = rest
+			continue
+		}
+		if replans == nil {
+			replans = make(map[Key]int)
+		}
+		again := replan[:0]
+		for _, c := range replan {
+			k := c.Object.Key
+			replans[k]++
+			if replans[k] > p.opts.MaxReplans {
+				p.reject(RejectConflicts, &c.Object, 0, fmt.Sprintf("subject moved on under %d re-plans; giving the change up", p.opts.MaxReplans))
+				res.Rejected++
+				continue
+			}
+			again = append(again, c)
+		}
+		p.metrics.replans.Add(float64(len(again)))
+		if round++; round > 1 && len(again) > 0 {
+			wait := min(p.opts.RetryMin<<min(round-2, 20), p.opts.RetryMax)
+			p.log.Warn("changes conflicted again; re-planning after a backoff", "changes", len(again), "round", round, "backoff", wait)
+			if backoff == nil {
+				backoff = time.NewTimer(wait)
+			} else {
+				backoff.Reset(wait)
+			}
+			select {
+			case <-backoff.C:
+			case <-ctx.Done():
+				return res, ctx.Err()
+			}
+		}
+		changes = append(again, rest...)
 	}
 	return res, nil
 }
@@ -230,7 +273,8 @@ func headerSize(h nats.Header) int {
 }
 
 // publishAll stores every record, retrying failures with backoff until they
-// succeed or ctx ends. It returns the changes to re-plan after conflicts.
+// succeed or ctx ends. It returns the changes to re-plan after conflicts:
+// the source's current view (Options.Reread), or the queued change.
 func (p *Publisher) publishAll(ctx context.Context, out []*outMsg) ([]Change, Result, error) {
 	var (
 		res    Result
@@ -251,9 +295,20 @@ func (p *Publisher) publishAll(ctx context.Context, out []*outMsg) ([]Change, Re
 				lastErr = err
 				continue
 			}
-			if again {
-				replan = append(replan, m.change)
+			if !again {
+				continue
 			}
+			c := m.change
+			if p.opts.Reread != nil {
+				// The queued change may be older than what the other
+				// writer stored: plan the source's view as it is now.
+				var ok bool
+				if c, ok = p.opts.Reread(m.key); !ok {
+					p.log.Warn("object was changed by another writer and the source has nothing for it now; dropping the queued change", "key", m.key.String())
+					continue
+				}
+			}
+			replan = append(replan, c)
 		}
 		if len(failed) == 0 {
 			return nil
@@ -351,7 +406,8 @@ func (p *Publisher) stored(m *outMsg, seq uint64, duplicate bool, res *Result) {
 // resolveConflict handles a publish refused because the subject's last
 // sequence was not the one expected: either our own record is already there
 // (a retry after the dedup window), or someone else wrote the subject, and
-// the change must be planned again against what they wrote.
+// the object must be planned again against what they wrote (from the
+// source's current view, see publishAll).
 func (p *Publisher) resolveConflict(ctx context.Context, m *outMsg, res *Result) (replan bool, err error) {
 	raw, err := bus.LastMsg(ctx, p.stream, m.msg.Subject)
 	if err != nil {

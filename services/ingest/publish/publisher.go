@@ -36,6 +36,34 @@ type Options struct {
 	// RetryMin and RetryMax bound the backoff between retries (defaults
 	// 50ms and 5s).
 	RetryMin, RetryMax time.Duration
+	// MassDeleteThreshold guards Sync: a Sync that would delete more than
+	// this fraction of the cluster's live objects, and more than
+	// MassDeleteFloor objects, publishes its adds and updates but none of
+	// its deletes (logged and counted; Result.Withheld). 0 means 0.5; 1 or
+	// more turns the guard off. An empty or wrong source at start, or a
+	// cluster re-added before it listed, then deletes nothing. Apply is
+	// never guarded: a source's single deletes flow.
+	MassDeleteThreshold float64
+	// MassDeleteFloor: a Sync deleting at most this many objects is never
+	// withheld (default 10; negative: 0).
+	MassDeleteFloor int
+	// MassDeleteOverride tells, in the log line of withheld deletes, how
+	// to allow them ("set --mass-delete-threshold=1", say).
+	MassDeleteOverride string
+	// Reread, if set, is the source's current view of an object. After a
+	// conflict (another writer moved the object's subject on) the
+	// publisher plans what Reread returns instead of the queued change,
+	// which may be older than what the other writer stored; ok false
+	// drops the change (the source has nothing to say now). Without
+	// Reread the queued change is planned again. It is called with the
+	// publisher's lock held, from within Apply or Sync.
+	Reread func(Key) (c Change, ok bool)
+	// MaxReplans bounds how often one change is planned again after its
+	// subject moved on under it (default 5). The first re-plan is at
+	// once, each further round waits a backoff (RetryMin doubling up to
+	// RetryMax, with the lock held: the cluster's other changes wait too,
+	// for a bounded time).
+	MaxReplans int
 	// Now is the clock of observed_at (default time.Now).
 	Now func() time.Time
 }
@@ -59,6 +87,18 @@ func (o Options) withDefaults() Options {
 	if o.RetryMax < o.RetryMin {
 		o.RetryMax = max(5*time.Second, o.RetryMin)
 	}
+	if o.MassDeleteThreshold <= 0 {
+		o.MassDeleteThreshold = 0.5
+	}
+	switch {
+	case o.MassDeleteFloor == 0:
+		o.MassDeleteFloor = 10
+	case o.MassDeleteFloor < 0:
+		o.MassDeleteFloor = 0
+	}
+	if o.MaxReplans <= 0 {
+		o.MaxReplans = 5
+	}
 	if o.Now == nil {
 		o.Now = time.Now
 	}
@@ -74,9 +114,12 @@ type Result struct {
 	Deduplicated int
 	// Unchanged changes matched what the stream already had.
 	Unchanged int
-	// Rejected changes can never be stored (too large, empty object); each
-	// was logged and counted.
+	// Rejected changes can never be stored (too large, empty object), or
+	// were given up after MaxReplans conflicts; each was logged and counted.
 	Rejected int
+	// Withheld deletes were not published by a Sync that would have
+	// deleted too much (the mass-delete guard, Options.MaxDeleteFraction).
+	Withheld int
 }
 
 func (r *Result) add(o Result) {
@@ -84,6 +127,7 @@ func (r *Result) add(o Result) {
 	r.Deduplicated += o.Deduplicated
 	r.Unchanged += o.Unchanged
 	r.Rejected += o.Rejected
+	r.Withheld += o.Withheld
 }
 
 // entry is what the stream says about one object: its subject's last record.
@@ -200,11 +244,29 @@ func (p *Publisher) Sync(ctx context.Context, desired []Object) (Result, error) 
 			gone = append(gone, k)
 		}
 	}
+	if p.massDelete(len(gone)) {
+		res, err := p.apply(ctx, changes)
+		res.Withheld = len(gone)
+		return res, err
+	}
 	slices.SortFunc(gone, CompareKeys)
 	for _, k := range gone {
 		changes = append(changes, Delete(Object{Key: k}))
 	}
 	return p.apply(ctx, changes)
+}
+
+// massDelete reports, logs and counts a Sync whose deletes the mass-delete
+// guard withholds. Caller holds mu.
+func (p *Publisher) massDelete(deletes int) bool {
+	t := p.opts.MassDeleteThreshold
+	if t >= 1 || deletes <= p.opts.MassDeleteFloor || float64(deletes) <= t*float64(p.live) {
+		return false
+	}
+	p.metrics.massDeletes.Inc()
+	p.log.Error("sync would delete most of the cluster's objects; withholding its deletes (its adds and updates are published; an empty or wrong source, or a cluster that has not listed, looks like this)",
+		"deletes", deletes, "live", p.live, "threshold", t, "override", p.opts.MassDeleteOverride)
+	return true
 }
 
 // LiveObject is what the stream says about one live object.

@@ -365,28 +365,61 @@ func TestMsgIDDeduplicatesASecondWriter(t *testing.T) {
 	}
 }
 
+// TestStaleWriterConflictIsReplanned: a writer whose queued change meets
+// another writer's newer record re-reads its source and plans that, never
+// the queued change: during a rolling update the old pod's queued
+// resourceVersion 5 must not overwrite the new pod's 7.
 func TestStaleWriterConflictIsReplanned(t *testing.T) {
-	e := newEnv(t)
-	p1, p2 := e.start(t), e.start(t)
-	if _, err := p1.Apply(testCtx(t), publish.Upsert(obj("Service", "default", "a", "1"))); err != nil {
-		t.Fatal(err)
+	withRV := func(o publish.Object, rv string) publish.Object {
+		o.UID, o.ResourceVersion = "uid-a", rv
+		return o
 	}
-	// p2 believes the subject is empty and wants different content: its
-	// ADD is refused (wrong last subject sequence), it reads p1's record
-	// and publishes an UPDATE of the same incarnation instead.
-	res, err := p2.Apply(testCtx(t), publish.Upsert(obj("Service", "default", "a", "2")))
-	if err != nil || res != (publish.Result{Published: 1}) {
-		t.Fatalf("p2: %+v, %v", res, err)
-	}
-	recs := e.records(t)
-	if diff := cmp.Diff([]string{"OP_ADD Service default/a", "OP_UPDATE Service default/a"}, summary(recs)); diff != "" {
-		t.Fatalf("records (-want +got):\n%s", diff)
-	}
-	if recs[0].rec.GetUid() != recs[1].rec.GetUid() {
-		t.Errorf("uids differ: %q, %q", recs[0].rec.GetUid(), recs[1].rec.GetUid())
-	}
-	if got := metric(t, e.reg, "pilotwire_ingest_publish_conflicts_total", nil); got != 1 {
-		t.Errorf("conflicts = %v, want 1", got)
+	v5 := withRV(obj("Service", "default", "a", "5"), "5")
+	v7 := withRV(obj("Service", "default", "a", "7"), "7")
+	v8 := withRV(obj("Service", "default", "a", "8"), "8")
+	for _, tc := range []struct {
+		name    string
+		current publish.Object // what the stale writer's source says after the conflict
+		want    []string       // resourceVersions on the stream
+		publish int
+	}{
+		{name: "source caught up with the other writer", current: v7, want: []string{"7"}},
+		{name: "source moved on", current: v8, want: []string{"7", "8"}, publish: 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			var reread []publish.Key
+			p1 := e.start(t)
+			p2 := e.start(t, func(o *publish.Options) {
+				o.Reread = func(k publish.Key) (publish.Change, bool) {
+					reread = append(reread, k)
+					return publish.Upsert(tc.current), true
+				}
+			})
+			if _, err := p1.Apply(testCtx(t), publish.Upsert(v7)); err != nil {
+				t.Fatal(err)
+			}
+			// p2 believes the subject is empty and has rv 5 queued: its ADD
+			// is refused (wrong last subject sequence); it reads p1's
+			// record and asks its source again.
+			res, err := p2.Apply(testCtx(t), publish.Upsert(v5))
+			if err != nil || res.Published != tc.publish {
+				t.Fatalf("p2: %+v, %v; want %d published", res, err, tc.publish)
+			}
+			var got []string
+			for _, r := range e.records(t) {
+				got = append(got, r.rec.GetResourceVersion())
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Fatalf("resourceVersions on the stream (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff([]publish.Key{v5.Key}, reread); diff != "" {
+				t.Errorf("re-read keys (-want +got):\n%s", diff)
+			}
+			if got := metric(t, e.reg, "pilotwire_ingest_publish_conflicts_total", nil); got != 1 {
+				t.Errorf("conflicts = %v, want 1", got)
+			}
+		})
 	}
 }
 
@@ -496,5 +529,62 @@ func TestStartReadsManyObjects(t *testing.T) {
 	res, err := p2.Sync(testCtx(t), append(desired[:2:2], desired[3:]...))
 	if err != nil || res != (publish.Result{Unchanged: n - 1}) {
 		t.Fatalf("sync after restart: %+v, %v", res, err)
+	}
+}
+
+// TestSyncWithholdsMassDeletes: a Sync that would delete most of the
+// cluster (an empty or wrong config dir at start, a cluster re-added empty)
+// publishes its adds and updates but none of its deletes, logged and
+// counted; individual deletes still flow.
+func TestSyncWithholdsMassDeletes(t *testing.T) {
+	e := newEnv(t)
+	p1 := e.start(t)
+	var desired []publish.Object
+	for i := range 20 {
+		desired = append(desired, obj("Service", "default", fmt.Sprintf("s%02d", i), "1"))
+	}
+	if _, err := p1.Sync(testCtx(t), desired); err != nil {
+		t.Fatal(err)
+	}
+	p2 := e.start(t)
+	// Only one object left, and a new one: 19 of 20 would go.
+	res, err := p2.Sync(testCtx(t), []publish.Object{desired[0], obj("Service", "default", "new", "1")})
+	if err != nil || res != (publish.Result{Published: 1, Unchanged: 1, Withheld: 19}) {
+		t.Fatalf("sync: %+v, %v; want the new object published and 19 deletes withheld", res, err)
+	}
+	if n := len(e.records(t)); n != 21 {
+		t.Errorf("stream holds %d records, want 21", n)
+	}
+	if got := metric(t, e.reg, "pilotwire_ingest_mass_deletes_withheld_total", nil); got != 1 {
+		t.Errorf("mass_deletes_withheld = %v, want 1", got)
+	}
+	if !strings.Contains(e.log.String(), "withholding its deletes") {
+		t.Errorf("no log line for the withheld deletes:\n%s", e.log.String())
+	}
+	// A small share is not a mass delete.
+	keep := append([]publish.Object{obj("Service", "default", "new", "1")}, desired[:15]...)
+	if res, err := p2.Sync(testCtx(t), keep); err != nil || res.Published != 5 || res.Withheld != 0 {
+		t.Fatalf("sync deleting 5 of 21: %+v, %v", res, err)
+	}
+	// Nor is a delete of one object.
+	if res, err := p2.Apply(testCtx(t), publish.Delete(desired[0])); err != nil || res.Published != 1 {
+		t.Fatalf("delete: %+v, %v", res, err)
+	}
+}
+
+// TestMassDeleteGuardCanBeTurnedOff: threshold 1 lets a Sync delete all.
+func TestMassDeleteGuardCanBeTurnedOff(t *testing.T) {
+	e := newEnv(t)
+	p1 := e.start(t)
+	var desired []publish.Object
+	for i := range 20 {
+		desired = append(desired, obj("Service", "default", fmt.Sprintf("s%02d", i), "1"))
+	}
+	if _, err := p1.Sync(testCtx(t), desired); err != nil {
+		t.Fatal(err)
+	}
+	p2 := e.start(t, func(o *publish.Options) { o.MassDeleteThreshold = 1 })
+	if res, err := p2.Sync(testCtx(t), nil); err != nil || res != (publish.Result{Published: 20}) {
+		t.Fatalf("sync: %+v, %v; want 20 deletes", res, err)
 	}
 }

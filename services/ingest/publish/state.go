@@ -2,11 +2,14 @@ package publish
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/pilotwire/pilotwire/pkg/bus"
 	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
 )
 
@@ -55,23 +58,68 @@ func (p *Publisher) load(ctx context.Context, s jetstream.Stream) error {
 	}
 }
 
-// absorb records a subject's last record, read from the stream.
+// absorb records a subject's last record, read from the stream. A record
+// this publisher cannot read (undecodable, or from a writer version whose
+// shape it does not know) still moves the subject's sequence: it is
+// recorded as not live, so the next record follows it (and Sync never
+// deletes it), instead of expecting a sequence the subject has left.
 func (p *Publisher) absorb(subject string, data []byte, seq uint64) {
 	var rec pb.ChangeRecord
-	if err := proto.Unmarshal(data, &rec); err != nil || rec.GetRef() == nil {
-		// Not ours to judge: the record stays on the stream, but this
-		// publisher cannot track it and will not delete it.
-		p.log.Warn("skipping undecodable change record", "subject", subject, "seq", seq, "err", err)
+	err := proto.Unmarshal(data, &rec)
+	if err == nil && rec.GetRef() != nil {
+		r := rec.GetRef()
+		if got := p.opts.Names.ChangeSubject(p.opts.Cluster, r); got == subject {
+			k := Key{Group: r.GetGroup(), Kind: r.GetKind(), Namespace: r.GetNamespace(), Name: r.GetName()}
+			p.setEntry(k, entry{
+				uid: rec.GetUid(), rv: rec.GetResourceVersion(), version: r.GetVersion(), source: rec.GetSource(),
+				seq: seq, live: rec.GetOp() != pb.Op_OP_DELETE,
+			})
+			return
+		}
+		err = errors.New("record does not match its subject")
+	}
+	if err == nil {
+		err = errors.New("record has no object reference")
+	}
+	p.metrics.unreadable.Inc()
+	k, ok := p.keyOf(subject)
+	if !ok {
+		p.log.Warn("skipping an unreadable change record on a subject that names no object", "subject", subject, "seq", seq, "err", err)
 		return
 	}
-	r := rec.GetRef()
-	k := Key{Group: r.GetGroup(), Kind: r.GetKind(), Namespace: r.GetNamespace(), Name: r.GetName()}
-	if got := p.opts.Names.ChangeSubject(p.opts.Cluster, r); got != subject {
-		p.log.Warn("change record does not match its subject; skipping", "subject", subject, "want", got, "seq", seq)
-		return
+	p.log.Warn("unreadable change record: keeping its sequence, treating the object as unknown (not deleted, the next record follows it)",
+		"subject", subject, "seq", seq, "err", err)
+	p.setEntry(k, entry{seq: seq})
+}
+
+// keyOf parses one of the cluster's change subjects:
+// <prefix>.changes.<cluster>.<kind>[.<group>].<namespace>.<name>, tokens
+// escaped.
+func (p *Publisher) keyOf(subject string) (Key, bool) {
+	prefix := strings.TrimSuffix(p.opts.Names.ChangesCluster(p.opts.Cluster), ">")
+	rest, ok := strings.CutPrefix(subject, prefix)
+	if !ok {
+		return Key{}, false
 	}
-	p.setEntry(k, entry{
-		uid: rec.GetUid(), rv: rec.GetResourceVersion(), version: r.GetVersion(), source: rec.GetSource(),
-		seq: seq, live: rec.GetOp() != pb.Op_OP_DELETE,
-	})
+	toks := strings.Split(rest, ".")
+	if len(toks) != 3 {
+		return Key{}, false
+	}
+	var parts [3]string
+	for i, t := range toks {
+		u, err := bus.UnescapeToken(t)
+		if err != nil {
+			return Key{}, false
+		}
+		parts[i] = u
+	}
+	k := Key{Namespace: parts[1], Name: parts[2]}
+	if toks[1] == "_" {
+		k.Namespace = ""
+	}
+	k.Kind, k.Group, _ = strings.Cut(parts[0], ".")
+	if k.Kind == "" || k.Name == "" || p.opts.Names.ChangeSubject(p.opts.Cluster, k.ref("")) != subject {
+		return Key{}, false
+	}
+	return k, true
 }

@@ -52,4 +52,17 @@ func (c *coalescer[K]) popDue(now time.Time) []K {
 	return out
 }
 
+// popWhere removes and returns every pending key that match holds for,
+// due or not.
+func (c *coalescer[K]) popWhere(match func(K) bool) []K {
+	var out []K
+	for k := range c.pending {
+		if match(k) {
+			out = append(out, k)
+			delete(c.pending, k)
+		}
+	}
+	return out
+}
+
 func (c *coalescer[K]) len() int { return len(c.pending) }

@@ -2,6 +2,7 @@ package filesource
 
 import (
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -74,5 +75,23 @@ func TestCoalescer(t *testing.T) {
 				t.Errorf("next = %v (%v), want %dms", at.Sub(t0), ok, tc.wantNxt)
 			}
 		})
+	}
+}
+
+// TestCoalescerPopWhere: popWhere takes matching keys whether due or not,
+// and leaves the rest pending.
+func TestCoalescerPopWhere(t *testing.T) {
+	t0 := time.Unix(0, 0)
+	c := newCoalescer[string](10*time.Millisecond, time.Second)
+	c.touch("dir:a", t0)
+	c.touch("dir:b", t0.Add(9*time.Millisecond))
+	c.touch("file:c", t0)
+	got := c.popWhere(func(k string) bool { return strings.HasPrefix(k, "dir:") })
+	slices.Sort(got)
+	if diff := cmp.Diff([]string{"dir:a", "dir:b"}, got); diff != "" {
+		t.Errorf("popWhere (-want +got):\n%s", diff)
+	}
+	if c.len() != 1 {
+		t.Errorf("%d keys left, want file:c only", c.len())
 	}
 }

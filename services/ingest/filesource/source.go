@@ -205,6 +205,10 @@ func (s *Source) loop(ctx context.Context) error {
 				s.log.Warn("file watcher", "err", err)
 			}
 		case <-timer.C:
+			// Take the events delivered meanwhile first: select picks at
+			// random among ready cases, and the second half of a rename
+			// may be waiting beside the timer.
+			s.drainEvents()
 			if err := s.flush(ctx, time.Now()); err != nil {
 				if ctx.Err() != nil {
 					return nil
@@ -270,6 +274,21 @@ func (s *Source) onEvent(ev fsnotify.Event, now time.Time) {
 	}
 }
 
+// drainEvents handles the file events already delivered, without waiting.
+func (s *Source) drainEvents() {
+	for {
+		select {
+		case ev, ok := <-s.watcher.Events:
+			if !ok {
+				return // the loop sees the closed channel next
+			}
+			s.onEvent(ev, time.Now())
+		default:
+			return
+		}
+	}
+}
+
 // flush reads the paths whose timer has fired, and publishes the difference.
 func (s *Source) flush(ctx context.Context, now time.Time) error {
 	// A little slack takes along paths due a moment later: the two halves
@@ -277,6 +296,12 @@ func (s *Source) flush(ctx context.Context, now time.Time) error {
 	due := s.pending.popDue(now.Add(s.opts.Quiet / 4))
 	if len(due) == 0 {
 		return nil
+	}
+	if slices.ContainsFunc(due, func(t target) bool { return t.kind != targetFile }) {
+		// A directory moved or removed: its other half (the new name)
+		// may have been touched just now. Take every pending directory
+		// along, so its objects move instead of being deleted and added.
+		due = append(due, s.pending.popWhere(func(t target) bool { return t.kind != targetFile })...)
 	}
 	set := make(map[string]struct{})
 	for _, t := range due {

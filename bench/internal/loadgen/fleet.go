@@ -44,8 +44,6 @@ type Options struct {
 	// not decoded again (its content hash is still computed), which keeps
 	// the generator's CPU low on machines it shares with the server.
 	DecodeAll bool
-	// Namespaces spreads the proxies over ns-00 .. ns-<n-1> (default 10).
-	Namespaces int
 	// BackoffBase and BackoffMax bound the jittered exponential backoff
 	// after a failed stream, as Envoy's (defaults 500ms and 30s).
 	BackoffBase, BackoffMax time.Duration
@@ -149,9 +147,6 @@ type Fleet struct {
 func New(o Options) (*Fleet, error) {
 	if o.Addr == "" || o.Proxies <= 0 {
 		return nil, errors.New("loadgen: an address and at least one proxy are required")
-	}
-	if o.Namespaces <= 0 {
-		o.Namespaces = 10
 	}
 	if o.BackoffBase <= 0 {
 		o.BackoffBase = 500 * time.Millisecond

@@ -58,9 +58,17 @@ type proxy struct {
 	requested [xdsstate.NumTypes]bool     // on the current stream
 }
 
+// ProxyNamespace is the namespace of every simulated proxy.
+const ProxyNamespace = "loadgen"
+
 func newProxy(f *Fleet, i int) *proxy {
 	n := f.opts.First + i
-	ns := fmt.Sprintf("ns-%02d", n%f.opts.Namespaces)
+	// Every proxy sits in a namespace of its own, apart from the mesh's
+	// services, and backs none of them, so every proxy is sent the same
+	// configuration (xdsstate.Expected) and one target state fits all.
+	// Proxies in a service's namespace get routes that resolve its short
+	// names, which the benchmark does not model.
+	const ns = ProxyNamespace
 	ip := fmt.Sprintf("10.%d.%d.%d", 200+n/65025%50, n/255%255, n%255+1)
 	p := &proxy{
 		f:   f,

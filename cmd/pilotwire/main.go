@@ -16,6 +16,6 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newUpCmd(), newHistoryCmd())
+	root.AddCommand(newUpCmd(), newHistoryCmd(), newRenderCmd())
 	svc.Main(root)
 }

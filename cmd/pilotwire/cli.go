@@ -115,8 +115,6 @@ type point struct {
 	Time time.Time
 }
 
-func (p point) isZero() bool { return p.Seq == 0 && p.Time.IsZero() }
-
 func (p point) String() string {
 	switch {
 	case p.Seq != 0:
@@ -161,3 +159,11 @@ func parseTime(s string, now time.Time) (time.Time, error) {
 
 // opName is an op without its OP_ prefix.
 func opName[T fmt.Stringer](op T) string { return strings.TrimPrefix(op.String(), "OP_") }
+
+// short abbreviates a version for tables.
+func short(v string) string {
+	if len(v) > 12 {
+		return v[:12]
+	}
+	return v
+}

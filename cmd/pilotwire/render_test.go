@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"strconv"
 	"testing"
 	"time"
 
@@ -181,3 +182,5 @@ func TestRenderMatchesFrontend(t *testing.T) {
 		t.Errorf("render -o json --type eds: %+v, want version %s with resources", got.Types, push.GetVersionInfo())
 	}
 }
+
+func itoa(n uint64) string { return strconv.FormatUint(n, 10) }

@@ -54,28 +54,40 @@ func scanStream(ctx context.Context, s jetstream.Stream, o scanOptions, fn func(
 		if err != nil {
 			return fmt.Errorf("fetch: %w", err)
 		}
-		n := 0
-		for msg := range batch.Messages() {
-			n++
-			md, err := msg.Metadata()
-			if err != nil {
-				return err
-			}
-			if md.Sequence.Stream > last || (!o.Until.IsZero() && md.Timestamp.After(o.Until)) {
-				return nil
-			}
-			if err := fn(msg, md); err != nil {
-				return err
-			}
-			if md.Sequence.Stream == last || md.NumPending == 0 {
-				return nil
-			}
-		}
-		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
-			return fmt.Errorf("fetch: %w", err)
-		}
-		if n == 0 {
-			return nil
+		done, err := scanBatch(batch, last, o.Until, fn)
+		if done || err != nil {
+			return err
 		}
 	}
+}
+
+// scanBatch hands fn the messages of one batch; done says the scan is
+// over (past last or until, or nothing more to read). The batch is always
+// read to its end, so that its fetch ends too.
+func scanBatch(batch jetstream.MessageBatch, last uint64, until time.Time, fn func(jetstream.Msg, *jetstream.MsgMetadata) error) (done bool, err error) {
+	defer func() {
+		for range batch.Messages() {
+		}
+	}()
+	n := 0
+	for msg := range batch.Messages() {
+		n++
+		md, err := msg.Metadata()
+		if err != nil {
+			return true, err
+		}
+		if md.Sequence.Stream > last || (!until.IsZero() && md.Timestamp.After(until)) {
+			return true, nil
+		}
+		if err := fn(msg, md); err != nil {
+			return true, err
+		}
+		if md.Sequence.Stream == last || md.NumPending == 0 {
+			return true, nil
+		}
+	}
+	if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
+		return true, fmt.Errorf("fetch: %w", err)
+	}
+	return n == 0, nil
 }

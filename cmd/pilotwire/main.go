@@ -16,6 +16,6 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newUpCmd(), newHistoryCmd(), newRenderCmd(), newDiffCmd(), newTraceCmd())
+	root.AddCommand(newUpCmd(), newHistoryCmd(), newRenderCmd(), newDiffCmd(), newTraceCmd(), newStatusCmd())
 	svc.Main(root)
 }

@@ -79,6 +79,36 @@ func TestBrokenConfig(t *testing.T) {
 		}
 	}
 
+	// status: the proxy comes first, its load assignments NACKed.
+	var st *statusReport
+	testutil.Eventually(t, "the registry entry with four watches", func() bool {
+		var err error
+		if st, err = status(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+		return len(st.Proxies) == 1 && len(st.Proxies[0].Types) == 4
+	})
+	if len(st.Proxies) != 1 || st.Proxies[0].Node != testNode || st.Proxies[0].Frontend != "fe-0" {
+		t.Fatalf("status: %+v, want the one proxy", st.Proxies)
+	}
+	states := map[string]string{}
+	for typ, ts := range st.Proxies[0].Types {
+		states[typ] = ts.State
+	}
+	if diff := cmp.Diff(map[string]string{"cds": "SYNCED", "eds": "NACKED", "lds": "SYNCED", "rds": "SYNCED"}, states); diff != "" {
+		t.Errorf("status states (-want +got):\n%s", diff)
+	}
+	if e := st.Proxies[0].Types["eds"]; e.Error != reject || e.Sent != push.GetVersionInfo() || e.Acked != eds.GetVersionInfo() {
+		t.Errorf("eds status %+v, want sent %s, acked %s, error %q", e, push.GetVersionInfo(), eds.GetVersionInfo(), reject)
+	}
+	out.Reset()
+	if err := runStatus(ctx, &out, cc); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "NACKED") || !strings.Contains(out.String(), reject) {
+		t.Errorf("status output:\n%s", out.String())
+	}
+
 	// render before and after: the two configs the proxy was sent.
 	pf := proxyFlags{Proxy: testNode}
 	res, err := pf.resolve()

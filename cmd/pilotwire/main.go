@@ -16,6 +16,6 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newUpCmd(), newHistoryCmd(), newRenderCmd(), newDiffCmd(), newTraceCmd(), newStatusCmd())
+	root.AddCommand(newUpCmd(), newHistoryCmd(), newRenderCmd(), newDiffCmd(), newTraceCmd(), newStatusCmd(), newProxyConfigCmd())
 	svc.Main(root)
 }

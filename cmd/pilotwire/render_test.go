@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -166,6 +167,34 @@ func TestRenderMatchesFrontend(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkRendered(t, eds, again.Types[1], true)
+
+	// proxy-config: the same config as tables, now and before the change.
+	for _, tc := range []struct {
+		what, at string
+		want, notWant []string
+	}{
+		{"endpoint", "", []string{"10.244.0.13:9080", "HEALTHY", "zone-a", "outbound|8080||echo.default.svc.cluster.local"}, nil},
+		{"endpoint", itoa(seq), []string{"10.244.0.12:9080"}, []string{"10.244.0.13"}},
+		{"cluster", "", []string{"echo.default.svc.cluster.local", "outbound", "inbound", "EDS"}, nil},
+		{"listener", "", []string{"virtualOutbound", "virtualInbound", "0.0.0.0_80", "Route: 80"}, nil},
+		{"route", "", []string{"web.shop.svc.cluster.local:80", "outbound|80||web.shop.svc.cluster.local"}, nil},
+	} {
+		var out bytes.Buffer
+		pc := proxyConfigConfig{connConfig: cc, At: tc.at}
+		if err := runProxyConfig(ctx, &out, pc, tc.what, testNode); err != nil {
+			t.Fatal(err)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(out.String(), w) {
+				t.Errorf("proxy-config %s --at %q lacks %q:\n%s", tc.what, tc.at, w, out.String())
+			}
+		}
+		for _, w := range tc.notWant {
+			if strings.Contains(out.String(), w) {
+				t.Errorf("proxy-config %s --at %q has %q:\n%s", tc.what, tc.at, w, out.String())
+			}
+		}
+	}
 
 	// The command itself, as JSON: the versions the proxy got.
 	var out bytes.Buffer

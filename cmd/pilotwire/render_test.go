@@ -170,7 +170,7 @@ func TestRenderMatchesFrontend(t *testing.T) {
 
 	// proxy-config: the same config as tables, now and before the change.
 	for _, tc := range []struct {
-		what, at string
+		what, at      string
 		want, notWant []string
 	}{
 		{"endpoint", "", []string{"10.244.0.13:9080", "HEALTHY", "zone-a", "outbound|8080||echo.default.svc.cluster.local"}, nil},

@@ -1,6 +1,8 @@
 // Command pilotwire is the operator CLI: `pilotwire up` runs the whole
 // control plane on one machine (embedded NATS plus the four services as
-// separate processes); `pilotwire history` reads an object's change history.
+// separate processes); status, history, render, diff, trace and
+// proxy-config answer "why did proxy P get this config?" from the change
+// and delivery streams and the registry.
 package main
 
 import (
@@ -16,6 +18,6 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newUpCmd(), newHistoryCmd())
+	root.AddCommand(newUpCmd(), newHistoryCmd(), newRenderCmd(), newDiffCmd(), newTraceCmd(), newStatusCmd(), newProxyConfigCmd())
 	svc.Main(root)
 }

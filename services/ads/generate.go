@@ -135,11 +135,7 @@ func (c *responseCache) put(k respKey, r *response) {
 // generate returns the set of typeURL generated for proxy p: what it reads
 // of the proxy (type, pod IP, namespace) and the mesh config.
 func (s *Server) generate(m *model.Mesh, p *proxy, typeURL string) (*xdsgen.Set, error) {
-	xp := xdsgen.Proxy{Generator: generatorOf(p), IP: p.IP, Namespace: p.Namespace, Mesh: s.meshConfig}
-	if p.Type == ProxyRouter {
-		xp.Type = xdsgen.Router
-	}
-	return xdsgen.GenerateFor(m, xp, typeURL)
+	return xdsgen.GenerateFor(m, p.XDS(s.meshConfig), typeURL)
 }
 
 // noteProxy logs and counts the proxies pilotwire does not fully serve yet:
@@ -150,13 +146,6 @@ func (s *Server) noteProxy(p *proxy, log *slog.Logger) {
 		s.metrics.routers.Inc()
 		log.Warn("router (gateway) connected: gateways are not translated yet, serving clusters only", "node", p.ID)
 	}
-}
-
-func generatorOf(p *proxy) xdsgen.Generator {
-	if p.Generator == GeneratorGRPC {
-		return xdsgen.GRPC
-	}
-	return xdsgen.Envoy
 }
 
 // generateFailed logs and counts a generation error; the connection keeps

@@ -486,3 +486,7 @@ func shallowPolicy(tp *networkingv1.TrafficPolicy) *networkingv1.TrafficPolicy {
 type portSettings = networkingv1.TrafficPolicy_PortTrafficPolicy
 
 func itoa(n uint32) string { return strconv.FormatUint(uint64(n), 10) }
+
+// HasDefaultTrafficPolicy reports whether the mesh config sets a
+// defaultTrafficPolicy, which applies to services without rules too.
+func (m *Mesh) HasDefaultTrafficPolicy() bool { return m.content.defaultPolicy != nil }

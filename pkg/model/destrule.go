@@ -32,6 +32,8 @@ type DestinationRule struct {
 	Spec *networkingv1.DestinationRule
 	// From lists namespace/name of every rule merged into this one.
 	From []string
+
+	object string // the first rule's problem name
 }
 
 // Subset returns the subset named name, or nil.
@@ -266,10 +268,10 @@ func buildRules(stored []*storedRule, root string, defaultExportTo []string) *ru
 					x.problems = append(x.problems, Problem{Object: obj, Reason: fmt.Sprintf("another DestinationRule for host %s in namespace %s (%s) is older: its trafficPolicy wins, this one's is ignored", host, st.key.Namespace, first.From[0])})
 				}
 			}
-			*first = DestinationRule{Namespace: first.Namespace, Name: first.Name, Host: host, ExportTo: first.ExportTo, Spec: merged, From: append(first.From, st.key.Namespace+"/"+st.key.Name)}
+			*first = DestinationRule{Namespace: first.Namespace, Name: first.Name, Host: host, ExportTo: first.ExportTo, Spec: merged, From: append(first.From, st.key.Namespace+"/"+st.key.Name), object: first.object}
 			continue
 		}
-		r := &DestinationRule{Namespace: st.key.Namespace, Name: st.key.Name, Host: host, ExportTo: exportTo, Spec: spec, From: []string{st.key.Namespace + "/" + st.key.Name}}
+		r := &DestinationRule{Namespace: st.key.Namespace, Name: st.key.Name, Host: host, ExportTo: exportTo, Spec: spec, From: []string{st.key.Namespace + "/" + st.key.Name}, object: obj}
 		groups[gk] = r
 		x.all = append(x.all, r)
 	}
@@ -327,9 +329,25 @@ func validRule(spec *networkingv1.DestinationRule) (*networkingv1.DestinationRul
 			}
 		}
 	}
+	tlsProblem := func(where string, tp *networkingv1.TrafficPolicy) {
+		tlss := []*networkingv1.ClientTLSSettings{tp.GetTls()}
+		for _, pl := range tp.GetPortLevelSettings() {
+			tlss = append(tlss, pl.GetTls())
+		}
+		for _, t := range tlss {
+			switch {
+			case t.GetMode() == networkingv1.ClientTLSSettings_ISTIO_MUTUAL:
+				problems = append(problems, where+"tls mode ISTIO_MUTUAL needs the mesh CA, not configured yet: plaintext")
+			case t.GetCredentialName() != "":
+				problems = append(problems, where+"tls credentialName needs SDS, not configured yet: plaintext")
+			}
+		}
+	}
 	portProblem("", spec.GetTrafficPolicy())
+	tlsProblem("", spec.GetTrafficPolicy())
 	for _, s := range keep {
 		portProblem(fmt.Sprintf("subset %q: ", s.GetName()), s.GetTrafficPolicy())
+		tlsProblem(fmt.Sprintf("subset %q: ", s.GetName()), s.GetTrafficPolicy())
 	}
 	if len(problems) == 0 {
 		return spec, nil

@@ -143,7 +143,7 @@ func TestDestinationRuleProblems(t *testing.T) {
 		t.Errorf("subsets %v", got)
 	}
 	want := []Problem{
-		{Object: "DestinationRule/shop/a", Reason: "portLevelSettings: port 81 is not a port of web.shop.svc.cluster.local: ignored"},
+		{Object: "c1/DestinationRule/shop/a", Reason: "portLevelSettings: port 81 is not a port of web.shop.svc.cluster.local: ignored"},
 		{Object: "c1/DestinationRule/shop/a", Reason: `subset "nolabels" has no labels: ignored`},
 		{Object: "c1/DestinationRule/shop/b", Reason: "another DestinationRule for host web.shop.svc.cluster.local in namespace shop (shop/a) is older: its trafficPolicy wins, this one's is ignored"},
 		{Object: "c1/DestinationRule/shop/b", Reason: `subset "v1" already defined for host web.shop.svc.cluster.local by shop/a: ignored`},

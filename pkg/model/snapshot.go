@@ -198,7 +198,7 @@ func (s *Store) problems(byHost map[string]*Service) []Problem {
 		check := func(where string, settings []*portSettings) {
 			for _, pl := range settings {
 				if n := pl.GetPort().GetNumber(); n > 0 && n <= 65535 && svc.Port(int32(n)) == nil {
-					out = append(out, Problem{Object: "DestinationRule/" + rule.Namespace + "/" + rule.Name,
+					out = append(out, Problem{Object: rule.object,
 						Reason: where + "portLevelSettings: port " + itoa(n) + " is not a port of " + svc.Hostname + ": ignored"})
 				}
 			}

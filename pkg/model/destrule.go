@@ -142,7 +142,12 @@ type ruleIndex struct {
 	// in different namespaces may see different rules.
 	restricted bool
 	all        []*DestinationRule // every rule, oldest first
-	problems   []Problem
+	// byHost and wildcards hold every rule (oldest first) by exact host,
+	// and those with wildcard hosts: what forService scans.
+	byHost    map[string][]*DestinationRule
+	wildcards []*DestinationRule
+	order     map[*DestinationRule]int // position in all
+	problems  []Problem
 }
 
 func emptyRules() *ruleIndex {
@@ -197,12 +202,24 @@ func (x *ruleIndex) forService(host, svcNS string) []*DestinationRule {
 	if len(x.all) == 0 {
 		return nil
 	}
+	exact := x.byHost[host]
 	var out []*DestinationRule
 	if r := x.lookup(svcNS, host, svcNS); r != nil {
 		out = append(out, r)
 	}
-	for _, r := range x.all {
-		if hostMatches(r.Host, host) && (len(out) == 0 || out[0] != r) {
+	// Exact and wildcard rules, oldest first (both lists are).
+	i, j := 0, 0
+	for i < len(exact) || j < len(x.wildcards) {
+		var r *DestinationRule
+		if j >= len(x.wildcards) || i < len(exact) && x.order[exact[i]] < x.order[x.wildcards[j]] {
+			r, i = exact[i], i+1
+		} else {
+			r, j = x.wildcards[j], j+1
+			if !hostMatches(r.Host, host) {
+				continue
+			}
+		}
+		if len(out) == 0 || out[0] != r {
 			out = append(out, r)
 		}
 	}
@@ -220,7 +237,7 @@ func resolveHost(host, ns string) string {
 
 // buildRules indexes the stored rules, oldest first (Istio sorts by
 // creation time), merging rules for one host in one namespace.
-func buildRules(stored []*storedRule, root string, defaultExportTo []string) *ruleIndex {
+func buildRules(stored []*storedRule, root string, defaultExportTo []string, prev *ruleIndex) *ruleIndex {
 	slices.SortFunc(stored, func(a, b *storedRule) int {
 		return cmp.Or(a.created.Compare(b.created), strings.Compare(a.key.Namespace, b.key.Namespace),
 			strings.Compare(a.key.Name, b.key.Name), strings.Compare(a.key.Cluster, b.key.Cluster))
@@ -275,7 +292,29 @@ func buildRules(stored []*storedRule, root string, defaultExportTo []string) *ru
 		groups[gk] = r
 		x.all = append(x.all, r)
 	}
-	for _, r := range x.all {
+	// A rule equal to one of the previous index stays the same pointer, so
+	// that services whose rules did not change keep their memos.
+	if prev != nil {
+		same := make(map[string]*DestinationRule, len(prev.all))
+		for _, r := range prev.all {
+			same[r.object+"|"+r.Host] = r
+		}
+		for i, r := range x.all {
+			if p := same[r.object+"|"+r.Host]; p != nil && slices.Equal(p.From, r.From) &&
+				slices.Equal(p.ExportTo, r.ExportTo) && proto.Equal(p.Spec, r.Spec) {
+				x.all[i] = p
+			}
+		}
+	}
+	x.byHost = make(map[string][]*DestinationRule)
+	x.order = make(map[*DestinationRule]int, len(x.all))
+	for i, r := range x.all {
+		x.order[r] = i
+		if strings.HasPrefix(r.Host, "*") {
+			x.wildcards = append(x.wildcards, r)
+		} else {
+			x.byHost[r.Host] = append(x.byHost[r.Host], r)
+		}
 		if !slices.Contains(r.ExportTo, "*") {
 			x.restricted = true
 		}

@@ -89,7 +89,7 @@ func (s *Store) rebuild() *Mesh {
 	rulesChanged := s.rulesDirty
 	if s.rulesDirty {
 		stored := slices.Collect(maps.Values(s.rules))
-		s.ruleIdx = buildRules(stored, s.meshCfg.RootNamespace(), s.meshCfg.DefaultDestinationRuleExportTo())
+		s.ruleIdx = buildRules(stored, s.meshCfg.RootNamespace(), s.meshCfg.DefaultDestinationRuleExportTo(), s.ruleIdx)
 		s.rulesDirty = false
 		s.problemsDirty = true
 	}

@@ -105,7 +105,11 @@ func perServiceRuled(m *model.Mesh, ns string, key any, gen func(*model.Mesh, *m
 	all := make([]*Resource, 0, len(m.Services))
 	for _, svc := range m.Services {
 		dr := m.DestinationRule(ns, svc)
-		r := svc.ConfigMemo(ruledKey{key, dr}, func() any {
+		k := key // boxed once: services without rules cost no allocation
+		if dr != nil {
+			k = ruledKey{key, dr}
+		}
+		r := svc.ConfigMemo(k, func() any {
 			rs, err := gen(m, svc, dr)
 			return serviceResult{resources: rs, err: err}
 		}).(serviceResult)

@@ -4,8 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
-
-	networkingv1 "istio.io/api/networking/v1"
 )
 
 // pod is what the mesh reads of a Pod: its labels (subsets select the
@@ -38,12 +36,6 @@ func decodePod(raw []byte) (*pod, error) {
 // samePod reports whether two versions of a pod read the same to the mesh.
 func samePod(a, b *pod) bool {
 	return a != nil && b != nil && a.ip == b.ip && maps.Equal(a.labels, b.labels)
-}
-
-// workloadEntry is one WorkloadEntry: an endpoint for the ServiceEntries
-// in its namespace whose workloadSelector selects its labels.
-type workloadEntry struct {
-	spec *networkingv1.WorkloadEntry
 }
 
 // selects reports whether every label of selector is in labels.

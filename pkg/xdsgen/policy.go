@@ -71,7 +71,8 @@ func applyConsistentHash(c *clusterv3.Cluster, lb *networkingv1.LoadBalancerSett
 		}
 	default:
 		n := uint64(defaultRingSize)
-		if m := ch.GetMinimumRingSize(); m != 0 { //nolint:staticcheck // the deprecated field still applies, as in Istio
+		//lint:ignore SA1019 the deprecated field still applies, as in Istio
+		if m := ch.GetMinimumRingSize(); m != 0 {
 			n = m
 		}
 		c.LbPolicy = clusterv3.Cluster_RING_HASH

@@ -140,7 +140,7 @@ var (
 	keyEDS          any = memoKey{typeURL: resource.EndpointType}
 	keyGRPCCDS      any = memoKey{GRPC, resource.ClusterType} // per service
 	keyGRPCLDS      any = memoKey{GRPC, resource.ListenerType}
-	keyGRPCRDS      any = memoKey{GRPC, resource.RouteType} // per service
+	keyGRPCRDS      any = memoKey{GRPC, resource.RouteType}        // per service
 	keyEnvoyCDS     any = memoKey{Envoy, resource.ClusterType}     // per service
 	keyEnvoyTCP     any = memoKey{Envoy, "tcp-listeners"}          // per service
 	keyHeadless     any = memoKey{Envoy, "headless-listeners"}     // per service, reads endpoints

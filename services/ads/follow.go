@@ -84,7 +84,7 @@ type follower struct {
 
 	// owned by the consumer callback
 	caughtUpOnce sync.Once
-	caughtUp     chan struct{} // closed at the first message with nothing pending
+	caughtUp     chan struct{}          // closed at the first message with nothing pending
 	reported     map[model.Problem]bool // problems already reported
 	reportedOnce bool
 }

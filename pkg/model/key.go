@@ -22,6 +22,7 @@ const (
 	KindDestinationRule = "DestinationRule"
 	KindServiceEntry    = "ServiceEntry"
 	KindWorkloadEntry   = "WorkloadEntry"
+	KindSidecar         = "Sidecar"
 )
 
 // ObjectKey identifies one object in one cluster. The API version is not part

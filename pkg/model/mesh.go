@@ -32,6 +32,8 @@ type meshContent struct {
 	rules *ruleIndex
 	// problems lists the objects (or parts) ignored, sorted. Read-only.
 	problems []Problem
+	// sidecars indexes the Sidecars; nil when there are none.
+	sidecars *sidecarIndex
 	// defaultPolicy is the mesh config's defaultTrafficPolicy, or nil.
 	defaultPolicy *meshv1alpha1.MeshConfig_DefaultTrafficPolicy
 	memo          memo

@@ -93,6 +93,15 @@ func (s *Store) rebuild() *Mesh {
 		s.rulesDirty = false
 		s.problemsDirty = true
 	}
+	sidecarsChanged := s.sidecarsDirty
+	if s.sidecarsDirty {
+		s.sidecarIdx = nil
+		if len(s.sidecars) > 0 {
+			s.sidecarIdx = buildSidecars(slices.Collect(maps.Values(s.sidecars)), s.meshCfg.RootNamespace())
+		}
+		s.sidecarsDirty = false
+		s.problemsDirty = true
+	}
 	for sk := range s.dirty {
 		host := Hostname(sk.Namespace, sk.Name)
 		old := r.prev.content.byHost[host]
@@ -126,7 +135,7 @@ func (s *Store) rebuild() *Mesh {
 		problems = s.problems(r.current())
 		s.problemsDirty = false
 	}
-	if r.byHost == nil && slices.Equal(problems, r.prev.content.problems) && !rulesChanged {
+	if r.byHost == nil && slices.Equal(problems, r.prev.content.problems) && !rulesChanged && !sidecarsChanged {
 		return r.prev.withSeq(s.applied)
 	}
 	byHost := r.current()
@@ -142,12 +151,12 @@ func (s *Store) rebuild() *Mesh {
 		}
 	}
 	config := r.prev.content.config
-	if r.reorder || r.configChanged || rulesChanged {
+	if r.reorder || r.configChanged || rulesChanged || sidecarsChanged {
 		config = new(memo)
 	}
 	return &Mesh{Seq: s.applied, Services: services, content: &meshContent{
 		byHost: byHost, config: config, rules: s.ruleIdx, problems: problems,
-		defaultPolicy: s.meshCfg.DefaultTrafficPolicy(),
+		defaultPolicy: s.meshCfg.DefaultTrafficPolicy(), sidecars: s.sidecarIdx,
 	}}
 }
 
@@ -186,6 +195,9 @@ func (s *Store) problems(byHost map[string]*Service) []Problem {
 	var out []Problem
 	out = append(out, s.ruleIdx.problems...)
 	out = append(out, s.entryProblems...)
+	if s.sidecarIdx != nil {
+		out = append(out, s.sidecarIdx.problems...)
+	}
 	for k, why := range s.undecodable {
 		out = append(out, Problem{Object: objectName(k), Reason: why})
 	}

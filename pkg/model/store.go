@@ -50,6 +50,7 @@ type Store struct {
 	rules     map[ObjectKey]*storedRule
 	entries   map[ObjectKey]*storedEntry
 	workloads map[ObjectKey]*storedWorkload
+	sidecars  map[ObjectKey]*storedSidecar
 	// undecodable: objects whose last record could not be decoded (the
 	// previous version stays), reported as problems.
 	undecodable map[ObjectKey]string
@@ -60,8 +61,10 @@ type Store struct {
 	dirty         map[serviceKey]struct{}
 	rulesDirty    bool // a DestinationRule changed
 	entriesDirty  bool // a ServiceEntry, WorkloadEntry or selected Pod changed
+	sidecarsDirty bool // a Sidecar changed
 	problemsDirty bool
 	ruleIdx       *ruleIndex
+	sidecarIdx    *sidecarIndex // nil without Sidecars
 	mesh          *Mesh
 }
 
@@ -78,6 +81,7 @@ type entry struct {
 	rule                 *storedRule
 	se                   *storedEntry
 	we                   *storedWorkload
+	sidecar              *storedSidecar
 }
 
 // Option configures a [Store].
@@ -102,6 +106,7 @@ func NewStore(opts ...Option) *Store {
 		rules:       make(map[ObjectKey]*storedRule),
 		entries:     make(map[ObjectKey]*storedEntry),
 		workloads:   make(map[ObjectKey]*storedWorkload),
+		sidecars:    make(map[ObjectKey]*storedSidecar),
 		undecodable: make(map[ObjectKey]string),
 		dirty:       make(map[serviceKey]struct{}),
 		ruleIdx:     emptyRules(),
@@ -277,6 +282,13 @@ func decode(key ObjectKey, raw []byte) (*entry, error) {
 			return nil, fmt.Errorf("decode WorkloadEntry: %w", err)
 		}
 		return &entry{we: &storedWorkload{key: key, spec: spec}}, nil
+	case key.isNetworking(KindSidecar):
+		spec := &networkingv1.Sidecar{}
+		created, err := decodeIstio(raw, spec)
+		if err != nil {
+			return nil, fmt.Errorf("decode Sidecar: %w", err)
+		}
+		return &entry{sidecar: &storedSidecar{key: key, created: created, spec: spec}}, nil
 	default:
 		if !json.Valid(raw) {
 			return nil, errors.New("invalid JSON")
@@ -326,6 +338,9 @@ func (s *Store) insert(key ObjectKey, e *entry) {
 	case e.we != nil:
 		s.workloads[key] = e.we
 		s.entriesDirty = true
+	case e.sidecar != nil:
+		s.sidecars[key] = e.sidecar
+		s.sidecarsDirty = true
 	}
 }
 
@@ -409,6 +424,9 @@ func (s *Store) remove(key ObjectKey) {
 	case e.we != nil:
 		delete(s.workloads, key)
 		s.entriesDirty = true
+	case e.sidecar != nil:
+		delete(s.sidecars, key)
+		s.sidecarsDirty = true
 	}
 }
 

@@ -73,11 +73,17 @@ func GenerateFor(m *model.Mesh, p Proxy, typeURL string) (*Set, error) {
 	return set, nil
 }
 
-func generateFor(m *model.Mesh, p Proxy, typeURL string) (*Set, error) {
+func generateFor(full *model.Mesh, p Proxy, typeURL string) (*Set, error) {
 	mode := p.Mesh.OutboundMode()
+	// Outbound config covers the services the proxy's namespace may see
+	// (exportTo, Sidecar egress); load assignments are named subscriptions
+	// and shared, and the inbound side is what the pod serves, whatever the
+	// namespace sees.
+	m := full.ScopeFor(p.Namespace)
+	inboundFor := func(_ *model.Mesh, ip string) *inbound { return inboundFor(full, ip) }
 	switch {
 	case typeURL == resource.EndpointType:
-		return memoSet(m, keyEDS, true, func() (*Set, error) { return endpointSet(m) })
+		return memoSet(full, keyEDS, true, func() (*Set, error) { return endpointSet(full) })
 	case p.Generator == GRPC && typeURL == resource.ClusterType:
 		key := proxyKey{gen: GRPC, typeURL: typeURL, rules: m.DestinationRuleView(p.Namespace)}
 		return memoSet(m, key, false, func() (*Set, error) { return grpcClusterSet(m, p.Namespace) })

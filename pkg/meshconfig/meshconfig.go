@@ -1,23 +1,30 @@
 // Package meshconfig reads the mesh-wide settings pilotwire shares with
-// Istio's MeshConfig, from a file in MeshConfig's YAML shape:
+// Istio: a file in the YAML (or JSON) shape of Istio's MeshConfig
+// (istio.io/api mesh/v1alpha1), for instance
 //
+//	rootNamespace: istio-config
 //	outboundTrafficPolicy:
 //	  mode: REGISTRY_ONLY
+//	defaultServiceExportTo: ["."]
 //
-// Only the fields pilotwire acts on are read; every other MeshConfig field is
-// accepted and ignored, so an Istio mesh config file can be used unchanged.
-// istio.io/api is not a dependency: the struct below keeps MeshConfig's field
-// names and defaults.
+// The file is merged onto Istio's defaults, as istiod does, so fields it
+// leaves out keep their default. Every MeshConfig field is accepted; the
+// ones pilotwire acts on are read through the accessors below. Fields of
+// newer Istio versions are ignored rather than rejected.
 package meshconfig
 
 import (
 	"fmt"
 	"os"
 
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
 	"sigs.k8s.io/yaml"
 )
 
-// Mode is MeshConfig.OutboundTrafficPolicy.Mode.
+// Mode is MeshConfig.outboundTrafficPolicy.mode.
 type Mode string
 
 // Outbound traffic policy modes, as in Istio.
@@ -30,40 +37,154 @@ const (
 	RegistryOnly Mode = "REGISTRY_ONLY"
 )
 
-// OutboundTrafficPolicy is MeshConfig.outboundTrafficPolicy.
-type OutboundTrafficPolicy struct {
-	Mode Mode `json:"mode,omitempty"`
+// Istio's defaults for the fields pilotwire reads (istio's
+// pkg/config/mesh DefaultMeshConfig).
+const (
+	// DefaultRootNamespace is where mesh-wide config (a default Sidecar,
+	// DestinationRules for every namespace) lives.
+	DefaultRootNamespace = "istio-system"
+)
+
+// MeshConfig is Istio's MeshConfig. The zero value and nil are the default
+// mesh config. A MeshConfig is read-only once made.
+type MeshConfig struct {
+	proto *meshv1alpha1.MeshConfig // nil: the defaults
 }
 
-// MeshConfig is the part of Istio's MeshConfig pilotwire reads. The zero
-// value is the default mesh config.
-type MeshConfig struct {
-	OutboundTrafficPolicy *OutboundTrafficPolicy `json:"outboundTrafficPolicy,omitempty"`
+// defaults returns Istio's default MeshConfig for the fields pilotwire reads.
+func defaults() *meshv1alpha1.MeshConfig {
+	return &meshv1alpha1.MeshConfig{
+		RootNamespace:                  DefaultRootNamespace,
+		ConnectTimeout:                 durationpb.New(10e9),
+		OutboundTrafficPolicy:          &meshv1alpha1.MeshConfig_OutboundTrafficPolicy{Mode: meshv1alpha1.MeshConfig_OutboundTrafficPolicy_ALLOW_ANY},
+		DefaultServiceExportTo:         []string{"*"},
+		DefaultVirtualServiceExportTo:  []string{"*"},
+		DefaultDestinationRuleExportTo: []string{"*"},
+	}
 }
+
+var defaultProto = defaults()
 
 // Default is the mesh config without a file: Istio's defaults.
-func Default() *MeshConfig { return &MeshConfig{} }
+func Default() *MeshConfig { return &MeshConfig{proto: defaults()} }
 
-// OutboundMode is the outbound traffic policy mode, ALLOW_ANY when unset.
-func (c *MeshConfig) OutboundMode() Mode {
-	if c == nil || c.OutboundTrafficPolicy == nil || c.OutboundTrafficPolicy.Mode == "" {
-		return AllowAny
+// New wraps a MeshConfig proto, which must not be modified afterwards.
+// Fields it leaves unset read as Istio's defaults where the accessors say so.
+func New(p *meshv1alpha1.MeshConfig) *MeshConfig { return &MeshConfig{proto: p} }
+
+// Proto returns the MeshConfig. Read-only.
+func (c *MeshConfig) Proto() *meshv1alpha1.MeshConfig {
+	if c == nil || c.proto == nil {
+		return defaultProto
 	}
-	return c.OutboundTrafficPolicy.Mode
+	return c.proto
 }
 
-// Parse reads a mesh config in MeshConfig's YAML (or JSON) shape.
+// OutboundMode is the outbound traffic policy mode (ALLOW_ANY by default).
+func (c *MeshConfig) OutboundMode() Mode {
+	p := c.Proto().GetOutboundTrafficPolicy()
+	if p == nil || p.GetMode() == meshv1alpha1.MeshConfig_OutboundTrafficPolicy_ALLOW_ANY {
+		return AllowAny
+	}
+	return RegistryOnly
+}
+
+// RootNamespace is the config root namespace, istio-system by default.
+func (c *MeshConfig) RootNamespace() string {
+	if ns := c.Proto().GetRootNamespace(); ns != "" {
+		return ns
+	}
+	return DefaultRootNamespace
+}
+
+// DefaultServiceExportTo is the visibility of services (Kubernetes Services
+// and ServiceEntries) that set none: ["*"] by default.
+func (c *MeshConfig) DefaultServiceExportTo() []string {
+	return orPublic(c.Proto().GetDefaultServiceExportTo())
+}
+
+// DefaultDestinationRuleExportTo is the visibility of DestinationRules that
+// set none: ["*"] by default.
+func (c *MeshConfig) DefaultDestinationRuleExportTo() []string {
+	return orPublic(c.Proto().GetDefaultDestinationRuleExportTo())
+}
+
+// DefaultTrafficPolicy is the mesh-wide baseline for outbound clusters'
+// connection pool and outlier detection (nil when unset): a
+// DestinationRule block that is set replaces the baseline's block.
+func (c *MeshConfig) DefaultTrafficPolicy() *meshv1alpha1.MeshConfig_DefaultTrafficPolicy {
+	return c.Proto().GetDefaultTrafficPolicy()
+}
+
+var public = []string{"*"}
+
+func orPublic(v []string) []string {
+	if len(v) == 0 {
+		return public
+	}
+	return v
+}
+
+// Parse reads a mesh config in MeshConfig's YAML (or JSON) shape, merged
+// onto Istio's defaults.
 func Parse(data []byte) (*MeshConfig, error) {
-	c := Default()
-	if err := yaml.Unmarshal(data, c); err != nil {
+	js, err := yaml.YAMLToJSON(data)
+	if err != nil {
 		return nil, fmt.Errorf("mesh config: %w", err)
 	}
-	switch m := c.OutboundMode(); m {
-	case AllowAny, RegistryOnly:
-	default:
-		return nil, fmt.Errorf("mesh config: outboundTrafficPolicy.mode %q: want %s or %s", m, AllowAny, RegistryOnly)
+	p := defaults()
+	if s := string(js); s != "null" && s != "" {
+		override := &meshv1alpha1.MeshConfig{}
+		if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(js, override); err != nil {
+			return nil, fmt.Errorf("mesh config: %w", err)
+		}
+		// Repeated fields the file sets replace the default lists instead of
+		// appending to them, as Istio's merge of a mesh config does.
+		for _, l := range []struct{ dst, src *[]string }{
+			{&p.DefaultServiceExportTo, &override.DefaultServiceExportTo},
+			{&p.DefaultVirtualServiceExportTo, &override.DefaultVirtualServiceExportTo},
+			{&p.DefaultDestinationRuleExportTo, &override.DefaultDestinationRuleExportTo},
+		} {
+			if len(*l.src) > 0 {
+				*l.dst = nil
+			}
+		}
+		proto.Merge(p, override)
+		// Merging skips zero values, and REGISTRY_ONLY is the enum's zero;
+		// unknown enum names are discarded with unknown fields. Read the
+		// mode itself: absent keeps the default, unknown is an error.
+		mode, set, err := outboundMode(js)
+		if err != nil {
+			return nil, err
+		}
+		if set {
+			p.OutboundTrafficPolicy = &meshv1alpha1.MeshConfig_OutboundTrafficPolicy{Mode: mode}
+		}
 	}
-	return c, nil
+	return &MeshConfig{proto: p}, nil
+}
+
+// outboundMode reads outboundTrafficPolicy.mode from a mesh config's JSON.
+func outboundMode(js []byte) (meshv1alpha1.MeshConfig_OutboundTrafficPolicy_Mode, bool, error) {
+	var v struct {
+		OutboundTrafficPolicy struct {
+			Mode *string `json:"mode"`
+		} `json:"outboundTrafficPolicy"`
+	}
+	if err := yaml.Unmarshal(js, &v); err != nil {
+		return 0, false, fmt.Errorf("mesh config: %w", err)
+	}
+	m := v.OutboundTrafficPolicy.Mode
+	if m == nil {
+		return 0, false, nil
+	}
+	switch Mode(*m) {
+	case AllowAny:
+		return meshv1alpha1.MeshConfig_OutboundTrafficPolicy_ALLOW_ANY, true, nil
+	case RegistryOnly:
+		return meshv1alpha1.MeshConfig_OutboundTrafficPolicy_REGISTRY_ONLY, true, nil
+	}
+	return 0, false, fmt.Errorf("mesh config: outboundTrafficPolicy.mode %q: want %s or %s", *m, AllowAny, RegistryOnly)
 }
 
 // Load reads the mesh config file at path; "" is the default mesh config.

@@ -57,3 +57,30 @@ func TestLoad(t *testing.T) {
 		t.Fatal("Load of a missing file succeeded")
 	}
 }
+
+func TestParseFields(t *testing.T) {
+	c, err := meshconfig.Parse([]byte("rootNamespace: istio-config\ndefaultServiceExportTo: [\".\"]\noutboundTrafficPolicy: {}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.RootNamespace(); got != "istio-config" {
+		t.Errorf("root namespace %q", got)
+	}
+	if got := c.DefaultServiceExportTo(); len(got) != 1 || got[0] != "." {
+		t.Errorf("default service exportTo %q", got)
+	}
+	if got := c.DefaultDestinationRuleExportTo(); len(got) != 1 || got[0] != "*" {
+		t.Errorf("default destination rule exportTo %q", got)
+	}
+	if got := c.OutboundMode(); got != meshconfig.AllowAny {
+		t.Errorf("an outboundTrafficPolicy without mode gives %s, want the default", got)
+	}
+	d := meshconfig.Default()
+	if d.RootNamespace() != meshconfig.DefaultRootNamespace || d.OutboundMode() != meshconfig.AllowAny {
+		t.Errorf("defaults: %q %s", d.RootNamespace(), d.OutboundMode())
+	}
+	var nilCfg *meshconfig.MeshConfig
+	if nilCfg.RootNamespace() != meshconfig.DefaultRootNamespace || nilCfg.OutboundMode() != meshconfig.AllowAny {
+		t.Error("nil mesh config is not the default")
+	}
+}

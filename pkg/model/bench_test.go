@@ -46,3 +46,78 @@ func BenchmarkApplyAndSnapshot(b *testing.B) {
 		}
 	}
 }
+
+// benchIstioStore is benchStore's mesh plus 5,000 labelled Pods (five per
+// service, named by the slices' endpoints) and 1,000 DestinationRules (one
+// per service, two subsets).
+func benchIstioStore(b *testing.B) *Store {
+	s := NewStore()
+	for i := range 1000 {
+		name := fmt.Sprintf("svc-%04d", i)
+		eps := make([]ep, 5)
+		for j := range eps {
+			eps[j] = ep{addr: fmt.Sprintf("10.%d.%d.%d", i/250, i%250, j+1), node: fmt.Sprintf("%s-%d", name, j)}
+			applyAll(b, s, add("c1", podObj("ns", eps[j].node, map[string]any{"app": name, "version": fmt.Sprintf("v%d", j%2+1)})))
+		}
+		applyAll(b, s,
+			add("c1", service("ns", name, fmt.Sprintf("10.96.%d.%d", i/250, i%250), svcPort{name: "http", port: 80})),
+			add("c1", podSlice("ns", name+"-abc", name, eps...)),
+			add("c1", benchRule(name, "ROUND_ROBIN")),
+		)
+	}
+	s.Snapshot()
+	return s
+}
+
+func benchRule(name, lb string) *unstructuredObj {
+	return istioObj(KindDestinationRule, "ns", name, "2024-01-01T00:00:00Z", map[string]any{
+		"host":          name,
+		"trafficPolicy": map[string]any{"loadBalancer": map[string]any{"simple": lb}},
+		"subsets": []any{
+			map[string]any{"name": "v1", "labels": map[string]any{"version": "v1"}},
+			map[string]any{"name": "v2", "labels": map[string]any{"version": "v2"}},
+		},
+	})
+}
+
+// BenchmarkApplyAndSnapshotIstio measures apply and rebuild beside 1,000
+// DestinationRules and 5,000 labelled Pods: an endpoint flap (the hot path
+// of BenchmarkApplyAndSnapshot), a Pod label flip (moves an endpoint
+// between subsets), and a DestinationRule change (revisits every service).
+func BenchmarkApplyAndSnapshotIstio(b *testing.B) {
+	s := benchIstioStore(b)
+	run := func(b *testing.B, protos [2]*pb.ChangeRecord) {
+		b.ReportAllocs()
+		for b.Loop() {
+			seq := s.AppliedSeq() + 1
+			if err := s.Apply(protos[seq%2], seq); err != nil {
+				b.Fatal(err)
+			}
+			if m := s.Snapshot(); m.Seq != seq {
+				b.Fatalf("snapshot at %d, want %d", m.Seq, seq)
+			}
+		}
+	}
+	b.Run("endpoint", func(b *testing.B) {
+		var protos [2]*pb.ChangeRecord
+		for i := range protos {
+			eps := []ep{{addr: "10.0.7.1", node: "svc-0007-0"}, {addr: "10.0.7.2", node: "svc-0007-1", ready: ptr(i == 0)}}
+			protos[i] = upd("c1", podSlice("ns", "svc-0007-abc", "svc-0007", eps...)).proto(b)
+		}
+		run(b, protos)
+	})
+	b.Run("pod-label", func(b *testing.B) {
+		var protos [2]*pb.ChangeRecord
+		for i, v := range []string{"v1", "v2"} {
+			protos[i] = upd("c1", podObj("ns", "svc-0009-0", map[string]any{"app": "svc-0009", "version": v})).proto(b)
+		}
+		run(b, protos)
+	})
+	b.Run("destination-rule", func(b *testing.B) {
+		var protos [2]*pb.ChangeRecord
+		for i, lb := range []string{"RANDOM", "ROUND_ROBIN"} {
+			protos[i] = upd("c1", benchRule("svc-0011", lb)).proto(b)
+		}
+		run(b, protos)
+	})
+}

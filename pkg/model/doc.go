@@ -2,8 +2,10 @@
 //
 // A [Store] applies change records (one Kubernetes object each, in
 // change-stream sequence order) from one writer and keeps every object of
-// every kind. Services (core/v1) and EndpointSlices (discovery.k8s.io/v1) are
-// decoded; other kinds are kept as raw JSON for later use.
+// every kind. Services (core/v1), EndpointSlices (discovery.k8s.io/v1), Pods
+// (their labels and IP), and Istio's DestinationRules, ServiceEntries and
+// WorkloadEntries (istio.io/api networking/v1) are decoded; other kinds are
+// only validated.
 //
 // [Store.Snapshot] returns a [Mesh]: an immutable view of the services and
 // their ready endpoints at the applied sequence. A Mesh is shared by many
@@ -26,4 +28,9 @@
 //     is ""; a nil protocol is TCP), which is how kube-proxy matches them;
 //     targetPort is never used to find endpoint ports.
 //   - Only ready endpoints serve; a nil ready condition means ready.
+//   - Endpoints carry the labels of the Pod their slice entry's targetRef
+//     names; DestinationRule subsets select endpoints by them.
+//   - DestinationRules apply with Istio's precedence ([Mesh.DestinationRule]);
+//     ServiceEntries are services named by their hosts; what is invalid or
+//     conflicting is ignored on its own and listed by [Mesh.Problems].
 package model

@@ -4,12 +4,13 @@ import (
 	"encoding/json"
 	"testing"
 
-	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
+
+	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
 )
 
 // rec is a change record in a test, before it is turned into a protobuf.

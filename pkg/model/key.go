@@ -12,6 +12,17 @@ const (
 	GroupDiscovery = "discovery.k8s.io"
 	// KindEndpointSlice is the kind of discovery.k8s.io/v1 EndpointSlices.
 	KindEndpointSlice = "EndpointSlice"
+	// KindPod is the kind of core/v1 Pods: their labels select subsets.
+	KindPod = "Pod"
+	// GroupNetworking is the API group of Istio's networking config.
+	GroupNetworking = "networking.istio.io"
+	// KindDestinationRule, KindServiceEntry and KindWorkloadEntry are
+	// Istio's networking kinds the model reads (any of v1, v1beta1 and
+	// v1alpha3: one schema).
+	KindDestinationRule = "DestinationRule"
+	KindServiceEntry    = "ServiceEntry"
+	KindWorkloadEntry   = "WorkloadEntry"
+	KindSidecar         = "Sidecar"
 )
 
 // ObjectKey identifies one object in one cluster. The API version is not part
@@ -32,6 +43,17 @@ func (k ObjectKey) isService() bool { return k.Group == GroupCore && k.Kind == K
 
 func (k ObjectKey) isEndpointSlice() bool {
 	return k.Group == GroupDiscovery && k.Kind == KindEndpointSlice
+}
+
+func (k ObjectKey) isPod() bool { return k.Group == GroupCore && k.Kind == KindPod }
+
+func (k ObjectKey) isNetworking(kind string) bool {
+	return k.Group == GroupNetworking && k.Kind == kind
+}
+
+// podKey names one Pod.
+type podKey struct {
+	Cluster, Namespace, Name string
 }
 
 // serviceKey names a mesh service: namespace sameness makes the cluster

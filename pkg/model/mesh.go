@@ -2,9 +2,11 @@ package model
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
+	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 )
@@ -26,7 +28,15 @@ type Mesh struct {
 
 type meshContent struct {
 	byHost map[string]*Service
-	memo   memo
+	// rules indexes the DestinationRules; never nil.
+	rules *ruleIndex
+	// problems lists the objects (or parts) ignored, sorted. Read-only.
+	problems []Problem
+	// sidecars indexes the Sidecars; nil when there are none.
+	sidecars *sidecarIndex
+	// defaultPolicy is the mesh config's defaultTrafficPolicy, or nil.
+	defaultPolicy *meshv1alpha1.MeshConfig_DefaultTrafficPolicy
+	memo          memo
 	// config is shared further, by meshes whose services differ at most in
 	// their endpoints.
 	config *memo
@@ -53,6 +63,27 @@ type Service struct {
 	Clusters []string
 	// Ports sorted by (Port, Protocol).
 	Ports []*Port
+
+	// Registry is where the service comes from: Kubernetes or a ServiceEntry.
+	Registry Registry
+	// Resolution says how clients find its endpoints. Kubernetes services
+	// are ClientSideLB (with a cluster IP), Passthrough (headless) or DNS
+	// (ExternalName).
+	Resolution Resolution
+	// MeshExternal is true for ServiceEntries with location MESH_EXTERNAL.
+	MeshExternal bool
+	// Addresses are a ServiceEntry's spec.addresses (IPs or CIDRs).
+	// ClusterIP is the first that is an IP.
+	Addresses []string
+	// ExportTo is the service's visibility: "*" (every namespace), "."
+	// (its own), "~" (none) or namespace names; the mesh default when the
+	// object sets none. Read-only.
+	ExportTo []string
+
+	// rules are the DestinationRules whose host matches this service, in any
+	// namespace, most relevant first (see [Mesh.DestinationRule]). Part of
+	// the service's config: a service whose rules change is a new version.
+	rules []*DestinationRule
 
 	memo memo
 	// config is shared with the previous version of this service when only
@@ -90,6 +121,76 @@ type Endpoint struct {
 	NodeName string
 	// ClusterID is the cluster the EndpointSlice was observed in.
 	ClusterID string
+	// Labels are the workload's labels: those of the Pod the slice
+	// endpoint's targetRef names, of a WorkloadEntry, or of a ServiceEntry
+	// endpoint. Subsets select endpoints by them. Shared, read-only.
+	Labels map[string]string
+	// Region and SubZone complete the locality of WorkloadEntries and
+	// ServiceEntry endpoints (region/zone/subzone); "" for Kubernetes.
+	Region, SubZone string
+	// Weight is the endpoint's load-balancing weight; 0 means 1.
+	Weight uint32
+	// Network is the endpoint's network, "" for the default one.
+	Network string
+}
+
+// Registry is where a service is defined.
+type Registry uint8
+
+// Registries.
+const (
+	Kubernetes Registry = iota
+	ServiceEntryRegistry
+)
+
+// Resolution is how clients reach a service's endpoints, after Istio's
+// ServiceEntry resolution.
+type Resolution uint8
+
+// Resolutions.
+const (
+	// ClientSideLB: the endpoints are IPs, sent over EDS (STATIC).
+	ClientSideLB Resolution = iota
+	// DNSLB: the endpoints are names (or IPs) the client resolves, every
+	// address a host (DNS, Envoy's STRICT_DNS).
+	DNSLB
+	// DNSRoundRobinLB: the client resolves one name and connects to the
+	// first address it gets (DNS_ROUND_ROBIN, Envoy's LOGICAL_DNS).
+	DNSRoundRobinLB
+	// Passthrough: the client connects to the original destination (NONE,
+	// headless services).
+	Passthrough
+)
+
+func (r Resolution) String() string {
+	switch r {
+	case ClientSideLB:
+		return "STATIC"
+	case DNSLB:
+		return "DNS"
+	case DNSRoundRobinLB:
+		return "DNS_ROUND_ROBIN"
+	case Passthrough:
+		return "NONE"
+	}
+	return fmt.Sprintf("Resolution(%d)", uint8(r))
+}
+
+func endpointEqual(a, b Endpoint) bool {
+	return a.Address == b.Address && a.Port == b.Port && a.Zone == b.Zone && a.NodeName == b.NodeName &&
+		a.ClusterID == b.ClusterID && a.Region == b.Region && a.SubZone == b.SubZone &&
+		a.Weight == b.Weight && a.Network == b.Network && maps.Equal(a.Labels, b.Labels)
+}
+
+// SelectedBy reports whether every label of selector is one of the
+// endpoint's labels (an empty selector selects every endpoint).
+func (e *Endpoint) SelectedBy(selector map[string]string) bool {
+	for k, v := range selector {
+		if got, ok := e.Labels[k]; !ok || got != v {
+			return false
+		}
+	}
+	return true
 }
 
 // NewMesh builds a Mesh from services, which it sorts by hostname. Each
@@ -114,7 +215,7 @@ func NewMesh(seq uint64, services []*Service) (*Mesh, error) {
 			s.config = new(memo)
 		}
 	}
-	return &Mesh{Seq: seq, Services: svcs, content: &meshContent{byHost: byHost, config: new(memo)}}, nil
+	return &Mesh{Seq: seq, Services: svcs, content: &meshContent{byHost: byHost, config: new(memo), rules: emptyRules()}}, nil
 }
 
 // withSeq returns a mesh with the same content at a later sequence.
@@ -133,12 +234,18 @@ func (m *Mesh) ServiceFor(namespace, name string) *Service {
 }
 
 // ClusterPort resolves an xDS cluster name (outbound|<port>|<subset>|<host>,
-// also the name of its load assignment) to its service and port. Subsets are
-// not modelled yet, so a non-empty subset resolves to nothing.
+// also the name of its load assignment) to its service and port. A subset
+// resolves when some DestinationRule for the host defines it.
 func (m *Mesh) ClusterPort(clusterName string) (*Service, *Port, bool) {
 	port, subset, host, ok := ParseOutboundClusterName(clusterName)
-	if !ok || subset != "" {
+	if !ok {
 		return nil, nil, false
+	}
+	if subset != "" {
+		svc := m.Service(host)
+		if svc == nil || svc.Subset(subset) == nil {
+			return nil, nil, false
+		}
 	}
 	svc := m.Service(host)
 	if svc == nil {
@@ -205,7 +312,7 @@ func (s *Service) ConfigMemo(key any, build func() any) any {
 // the same endpoints on every port.
 func (s *Service) sameEndpoints(o *Service) bool {
 	return slices.EqualFunc(s.Ports, o.Ports, func(a, b *Port) bool {
-		return slices.Equal(a.Endpoints, b.Endpoints)
+		return slices.EqualFunc(a.Endpoints, b.Endpoints, endpointEqual)
 	})
 }
 
@@ -213,7 +320,9 @@ func (s *Service) sameEndpoints(o *Service) bool {
 func (s *Service) sameConfig(o *Service) bool {
 	if s.Name != o.Name || s.Namespace != o.Namespace || s.Hostname != o.Hostname ||
 		s.ClusterIP != o.ClusterIP || s.Headless != o.Headless || s.ExternalName != o.ExternalName ||
-		!slices.Equal(s.Clusters, o.Clusters) {
+		!slices.Equal(s.Clusters, o.Clusters) || s.Registry != o.Registry || s.Resolution != o.Resolution ||
+		s.MeshExternal != o.MeshExternal || !slices.Equal(s.Addresses, o.Addresses) ||
+		!slices.Equal(s.ExportTo, o.ExportTo) || !slices.Equal(s.rules, o.rules) {
 		return false
 	}
 	return slices.EqualFunc(s.Ports, o.Ports, func(a, b *Port) bool {

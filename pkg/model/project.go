@@ -14,7 +14,7 @@ import (
 // buildService projects the Service objects (by cluster id) and the
 // EndpointSlices joining them onto one mesh service. It returns nil when no
 // cluster holds a Service object.
-func buildService(sk serviceKey, defs map[string]*corev1.Service, sls map[sliceID]*discoveryv1.EndpointSlice) *Service {
+func buildService(sk serviceKey, defs map[string]*corev1.Service, sls map[sliceID]*discoveryv1.EndpointSlice, pods map[podKey]*pod, defaultExportTo []string) *Service {
 	if len(defs) == 0 {
 		return nil
 	}
@@ -29,10 +29,16 @@ func buildService(sk serviceKey, defs map[string]*corev1.Service, sls map[sliceI
 	switch {
 	case spec.Type == corev1.ServiceTypeExternalName:
 		svc.ExternalName = spec.ExternalName
+		svc.Resolution = DNSLB
 	case spec.ClusterIP == corev1.ClusterIPNone:
 		svc.Headless = true
+		svc.Resolution = Passthrough
 	default:
 		svc.ClusterIP = canonicalIP(spec.ClusterIP)
+	}
+	svc.ExportTo = defaultExportTo
+	if e, ok := defs[clusters[0]].Annotations[exportToAnnotation]; ok {
+		svc.ExportTo = parseExportTo(e)
 	}
 
 	// The slice endpoints usable at all, in a stable order so that the
@@ -54,7 +60,7 @@ func buildService(sk serviceKey, defs map[string]*corev1.Service, sls map[sliceI
 		if slices.ContainsFunc(svc.Ports, func(o *Port) bool { return o.Port == p.Port && o.Protocol == p.Protocol }) {
 			continue // invalid duplicate; the API server rejects these
 		}
-		p.Endpoints = portEndpoints(p, ids, sls)
+		p.Endpoints = portEndpoints(p, sk.Namespace, ids, sls, pods)
 		svc.Ports = append(svc.Ports, p)
 	}
 	slices.SortFunc(svc.Ports, func(a, b *Port) int {
@@ -65,7 +71,7 @@ func buildService(sk serviceKey, defs map[string]*corev1.Service, sls map[sliceI
 
 // portEndpoints returns the ready endpoints of one service port: from each
 // slice, the port with the same name and protocol.
-func portEndpoints(p *Port, ids []sliceID, sls map[sliceID]*discoveryv1.EndpointSlice) []Endpoint {
+func portEndpoints(p *Port, ns string, ids []sliceID, sls map[sliceID]*discoveryv1.EndpointSlice, pods map[podKey]*pod) []Endpoint {
 	var eps []Endpoint
 	for _, id := range ids {
 		sl := sls[id]
@@ -94,12 +100,19 @@ func portEndpoints(p *Port, ids []sliceID, sls map[sliceID]*discoveryv1.Endpoint
 			if addr == "" {
 				continue
 			}
+			var labels map[string]string
+			if ref := ep.TargetRef; ref != nil {
+				if pd := pods[podKey{Cluster: id.Cluster, Namespace: cmp.Or(ref.Namespace, ns), Name: ref.Name}]; pd != nil {
+					labels = pd.labels
+				}
+			}
 			eps = append(eps, Endpoint{
 				Address:   addr,
 				Port:      *port,
 				Zone:      deref(ep.Zone),
 				NodeName:  deref(ep.NodeName),
 				ClusterID: id.Cluster,
+				Labels:    labels,
 			})
 		}
 	}
@@ -138,4 +151,20 @@ func deref[T any](p *T) T {
 		return zero
 	}
 	return *p
+}
+
+// parseExportTo reads the networking.istio.io/exportTo annotation: a
+// comma-separated list, sorted, "*" alone when it holds "*".
+func parseExportTo(v string) []string {
+	var out []string
+	for _, e := range strings.Split(v, ",") {
+		if e = strings.TrimSpace(e); e != "" && !slices.Contains(out, e) {
+			out = append(out, e)
+		}
+	}
+	if len(out) == 0 || slices.Contains(out, "*") {
+		return []string{"*"}
+	}
+	slices.Sort(out)
+	return out
 }

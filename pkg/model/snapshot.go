@@ -10,6 +10,10 @@ import (
 // returns the same *Mesh until the next Apply; after one, it rebuilds only the
 // services the applied records touched, and keeps the *Service of every other
 // service (and of any touched service whose content did not change).
+// A change to DestinationRules revisits every service (a rule's host may
+// be a wildcard) but keeps those whose rules are the same; a change to
+// ServiceEntries, WorkloadEntries or Pods they select rebuilds the
+// ServiceEntry services, keeping the unchanged ones.
 func (s *Store) Snapshot() *Mesh {
 	s.mu.RLock()
 	m := s.mesh
@@ -26,62 +30,208 @@ func (s *Store) Snapshot() *Mesh {
 	return s.mesh
 }
 
+// rebuildState is one rebuild in progress.
+type rebuildState struct {
+	prev          *Mesh
+	byHost        map[string]*Service // copied on first change
+	reorder       bool                // a service came or went
+	configChanged bool                // something other than endpoints changed
+}
+
+func (r *rebuildState) hosts() map[string]*Service {
+	if r.byHost == nil {
+		r.byHost = maps.Clone(r.prev.content.byHost)
+	}
+	return r.byHost
+}
+
+func (r *rebuildState) current() map[string]*Service {
+	if r.byHost != nil {
+		return r.byHost
+	}
+	return r.prev.content.byHost
+}
+
+// put replaces the service at host by next (nil removes it), keeping old's
+// pointer when nothing changed and its config memo when only endpoints did.
+func (r *rebuildState) put(host string, old, next *Service) {
+	sameConfig := next != nil && old != nil && old.sameConfig(next)
+	switch {
+	case next == nil && old == nil:
+		return
+	case sameConfig && old.sameEndpoints(next):
+		return
+	}
+	byHost := r.hosts()
+	switch {
+	case next == nil:
+		delete(byHost, host)
+		r.reorder = true
+	case old == nil:
+		next.config = new(memo)
+		byHost[host] = next
+		r.reorder = true
+	case sameConfig:
+		next.config = old.config
+		byHost[host] = next
+	default:
+		next.config = new(memo)
+		byHost[host] = next
+		r.configChanged = true
+	}
+}
+
 // rebuild derives the next mesh from the previous one and the dirty
 // services. Callers hold mu.
 func (s *Store) rebuild() *Mesh {
-	prev := s.mesh
-	var byHost map[string]*Service // copied on first change
-	reorder := false               // a service came or went
-	configChanged := false         // something other than endpoints changed
+	r := &rebuildState{prev: s.mesh}
+	defaultExportTo := s.meshCfg.DefaultServiceExportTo()
+	rulesChanged := s.rulesDirty
+	if s.rulesDirty {
+		stored := slices.Collect(maps.Values(s.rules))
+		s.ruleIdx = buildRules(stored, s.meshCfg.RootNamespace(), s.meshCfg.DefaultDestinationRuleExportTo(), s.ruleIdx)
+		s.rulesDirty = false
+		s.problemsDirty = true
+	}
+	sidecarsChanged := s.sidecarsDirty
+	if s.sidecarsDirty {
+		s.sidecarIdx = nil
+		if len(s.sidecars) > 0 {
+			s.sidecarIdx = buildSidecars(slices.Collect(maps.Values(s.sidecars)), s.meshCfg.RootNamespace())
+		}
+		s.sidecarsDirty = false
+		s.problemsDirty = true
+	}
 	for sk := range s.dirty {
 		host := Hostname(sk.Namespace, sk.Name)
-		old := prev.content.byHost[host]
-		next := buildService(sk, s.services[sk], s.slices[sk])
-		sameConfig := next != nil && old != nil && old.sameConfig(next)
-		switch {
-		case next == nil && old == nil:
-			continue
-		case sameConfig && old.sameEndpoints(next):
-			continue
+		old := r.prev.content.byHost[host]
+		if old != nil && old.Registry != Kubernetes {
+			old = nil // a ServiceEntry had the host: it is reported below
+			s.entriesDirty = true
 		}
-		if byHost == nil {
-			byHost = maps.Clone(prev.content.byHost)
+		next := buildService(sk, s.services[sk], s.slices[sk], s.pods, defaultExportTo)
+		if next != nil {
+			next.rules = s.ruleIdx.forService(next.Hostname, next.Namespace)
 		}
-		switch {
-		case next == nil:
-			delete(byHost, host)
-			reorder = true
-		case old == nil:
-			next.config = new(memo)
-			byHost[host] = next
-			reorder = true
-		case sameConfig:
-			next.config = old.config
-			byHost[host] = next
-		default:
-			next.config = new(memo)
-			byHost[host] = next
-			configChanged = true
+		if (next == nil) != (old == nil) && len(s.entries) > 0 {
+			s.entriesDirty = true // a ServiceEntry host may be freed or taken
 		}
+		r.put(host, old, next)
 	}
 	clear(s.dirty)
-	if byHost == nil {
-		return prev.withSeq(s.applied)
+	if s.entriesDirty {
+		s.rebuildEntries(r)
 	}
+	if rulesChanged {
+		for host, svc := range r.current() {
+			rules := s.ruleIdx.forService(svc.Hostname, svc.Namespace)
+			if !slices.Equal(rules, svc.rules) {
+				r.put(host, svc, svc.withRules(rules))
+			}
+		}
+	}
+	problems := r.prev.content.problems
+	if s.problemsDirty || r.reorder || r.configChanged {
+		problems = s.problems(r.current())
+		s.problemsDirty = false
+	}
+	if r.byHost == nil && slices.Equal(problems, r.prev.content.problems) && !rulesChanged && !sidecarsChanged {
+		return r.prev.withSeq(s.applied)
+	}
+	byHost := r.current()
 	var services []*Service
-	if reorder {
+	if r.reorder || r.byHost == nil {
 		services = slices.SortedFunc(maps.Values(byHost), func(a, b *Service) int {
 			return strings.Compare(a.Hostname, b.Hostname)
 		})
 	} else {
-		services = make([]*Service, len(prev.Services))
-		for i, old := range prev.Services {
+		services = make([]*Service, len(r.prev.Services))
+		for i, old := range r.prev.Services {
 			services[i] = byHost[old.Hostname]
 		}
 	}
-	config := prev.content.config
-	if reorder || configChanged {
+	config := r.prev.content.config
+	if r.reorder || r.configChanged || rulesChanged || sidecarsChanged {
 		config = new(memo)
 	}
-	return &Mesh{Seq: s.applied, Services: services, content: &meshContent{byHost: byHost, config: config}}
+	return &Mesh{Seq: s.applied, Services: services, content: &meshContent{
+		byHost: byHost, config: config, rules: s.ruleIdx, problems: problems,
+		defaultPolicy: s.meshCfg.DefaultTrafficPolicy(), sidecars: s.sidecarIdx,
+	}}
+}
+
+// rebuildEntries rebuilds the ServiceEntry services. Callers hold mu.
+func (s *Store) rebuildEntries(r *rebuildState) {
+	s.entriesDirty = false
+	s.problemsDirty = true
+	workloads := slices.SortedFunc(maps.Values(s.workloads), func(a, b *storedWorkload) int {
+		return strings.Compare(objectName(a.key), objectName(b.key))
+	})
+	built, problems := buildServiceEntries(entrySources{
+		entries:   slices.Collect(maps.Values(s.entries)),
+		workloads: workloads,
+		pods:      s.pods,
+		taken: func(host string) bool {
+			svc := r.current()[host]
+			return svc != nil && svc.Registry == Kubernetes
+		},
+		defaultExportTo: s.meshCfg.DefaultServiceExportTo(),
+	})
+	s.entryProblems = problems
+	for host, svc := range r.current() {
+		if svc.Registry == ServiceEntryRegistry && built[host] == nil {
+			r.put(host, svc, nil)
+		}
+	}
+	for host, next := range built {
+		next.rules = s.ruleIdx.forService(next.Hostname, next.Namespace)
+		old := r.current()[host]
+		r.put(host, old, next)
+	}
+}
+
+// problems collects what the mesh ignores. Callers hold mu.
+func (s *Store) problems(byHost map[string]*Service) []Problem {
+	var out []Problem
+	out = append(out, s.ruleIdx.problems...)
+	out = append(out, s.entryProblems...)
+	if s.sidecarIdx != nil {
+		out = append(out, s.sidecarIdx.problems...)
+	}
+	for k, why := range s.undecodable {
+		out = append(out, Problem{Object: objectName(k), Reason: why})
+	}
+	// portLevelSettings naming a port the rule's (exact) host does not have.
+	for _, rule := range s.ruleIdx.all {
+		svc := byHost[rule.Host]
+		if svc == nil {
+			continue
+		}
+		check := func(where string, settings []*portSettings) {
+			for _, pl := range settings {
+				if n := pl.GetPort().GetNumber(); n > 0 && n <= 65535 && svc.Port(int32(n)) == nil {
+					out = append(out, Problem{Object: rule.object,
+						Reason: where + "portLevelSettings: port " + itoa(n) + " is not a port of " + svc.Hostname + ": ignored"})
+				}
+			}
+		}
+		check("", rule.Spec.GetTrafficPolicy().GetPortLevelSettings())
+		for _, sub := range rule.Spec.GetSubsets() {
+			check("subset "+sub.GetName()+": ", sub.GetTrafficPolicy().GetPortLevelSettings())
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return sortProblems(out)
+}
+
+// withRules returns a new version of s with other rules (and fresh memos).
+func (s *Service) withRules(rules []*DestinationRule) *Service {
+	return &Service{
+		Name: s.Name, Namespace: s.Namespace, Hostname: s.Hostname, ClusterIP: s.ClusterIP,
+		Headless: s.Headless, ExternalName: s.ExternalName, Clusters: s.Clusters, Ports: s.Ports,
+		Registry: s.Registry, Resolution: s.Resolution, MeshExternal: s.MeshExternal,
+		Addresses: s.Addresses, ExportTo: s.ExportTo, rules: rules,
+	}
 }

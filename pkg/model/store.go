@@ -2,14 +2,24 @@ package model
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
-	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	networkingv1 "istio.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/pilotwire/pilotwire/pkg/meshconfig"
+
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+
+	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
 )
 
 // ErrAlreadyApplied is returned by [Store.Apply] for a record whose sequence
@@ -26,14 +36,36 @@ type Store struct {
 	applied uint64
 	objects map[ObjectKey]*entry
 
+	// set at construction
+	meshCfg *meshconfig.MeshConfig
+
 	// Indexes of the decoded kinds, by the mesh service they belong to.
 	services   map[serviceKey]map[string]*corev1.Service             // cluster id → Service
 	slices     map[serviceKey]map[sliceID]*discoveryv1.EndpointSlice // by kubernetes.io/service-name
 	sliceOwner map[ObjectKey]serviceKey                              // the service a stored slice joins
+	pods       map[podKey]*pod
+	podUsers   map[podKey]map[serviceKey]int // services whose slices name the pod, how many times
+
+	// Istio config, rebuilt as a whole when any of it changes.
+	rules     map[ObjectKey]*storedRule
+	entries   map[ObjectKey]*storedEntry
+	workloads map[ObjectKey]*storedWorkload
+	sidecars  map[ObjectKey]*storedSidecar
+	// undecodable: objects whose last record could not be decoded (the
+	// previous version stays), reported as problems.
+	undecodable map[ObjectKey]string
+	// entryProblems are the ServiceEntry problems of the last rebuild.
+	entryProblems []Problem
 
 	// Services touched since mesh was built, and the last snapshot.
-	dirty map[serviceKey]struct{}
-	mesh  *Mesh
+	dirty         map[serviceKey]struct{}
+	rulesDirty    bool // a DestinationRule changed
+	entriesDirty  bool // a ServiceEntry, WorkloadEntry or selected Pod changed
+	sidecarsDirty bool // a Sidecar changed
+	problemsDirty bool
+	ruleIdx       *ruleIndex
+	sidecarIdx    *sidecarIndex // nil without Sidecars
+	mesh          *Mesh
 }
 
 // entry is one stored object: its identity and the record that last wrote
@@ -45,19 +77,48 @@ type entry struct {
 	seq                  uint64
 	svc                  *corev1.Service
 	slice                *discoveryv1.EndpointSlice
+	pod                  *pod
+	rule                 *storedRule
+	se                   *storedEntry
+	we                   *storedWorkload
+	sidecar              *storedSidecar
+}
+
+// Option configures a [Store].
+type Option func(*Store)
+
+// WithMeshConfig sets the mesh config the store applies (root namespace,
+// default exportTo, default traffic policy). Without it, Istio's defaults.
+func WithMeshConfig(c *meshconfig.MeshConfig) Option {
+	return func(s *Store) { s.meshCfg = c }
 }
 
 // NewStore returns an empty store at sequence 0.
-func NewStore() *Store {
+func NewStore(opts ...Option) *Store {
 	empty, _ := NewMesh(0, nil)
-	return &Store{
-		objects:    make(map[ObjectKey]*entry),
-		services:   make(map[serviceKey]map[string]*corev1.Service),
-		slices:     make(map[serviceKey]map[sliceID]*discoveryv1.EndpointSlice),
-		sliceOwner: make(map[ObjectKey]serviceKey),
-		dirty:      make(map[serviceKey]struct{}),
-		mesh:       empty,
+	s := &Store{
+		objects:     make(map[ObjectKey]*entry),
+		services:    make(map[serviceKey]map[string]*corev1.Service),
+		slices:      make(map[serviceKey]map[sliceID]*discoveryv1.EndpointSlice),
+		sliceOwner:  make(map[ObjectKey]serviceKey),
+		pods:        make(map[podKey]*pod),
+		podUsers:    make(map[podKey]map[serviceKey]int),
+		rules:       make(map[ObjectKey]*storedRule),
+		entries:     make(map[ObjectKey]*storedEntry),
+		workloads:   make(map[ObjectKey]*storedWorkload),
+		sidecars:    make(map[ObjectKey]*storedSidecar),
+		undecodable: make(map[ObjectKey]string),
+		dirty:       make(map[serviceKey]struct{}),
+		ruleIdx:     emptyRules(),
+		mesh:        empty,
 	}
+	for _, o := range opts {
+		o(s)
+	}
+	s.ruleIdx.root = s.meshCfg.RootNamespace()
+	empty.content.rules = s.ruleIdx
+	empty.content.defaultPolicy = s.meshCfg.DefaultTrafficPolicy()
+	return s
 }
 
 // AppliedSeq returns the sequence of the last applied record.
@@ -99,13 +160,30 @@ func (s *Store) apply(rec *pb.ChangeRecord, seq uint64) error {
 	case pb.Op_OP_ADD, pb.Op_OP_UPDATE:
 		e, err := decode(key, rec.GetObject())
 		if err != nil {
+			if key.Group == GroupNetworking {
+				s.undecodable[key] = fmt.Sprintf("record seq %d cannot be decoded (%v): the previous version, if any, stays", seq, err)
+				s.problemsDirty = true
+			}
 			return fmt.Errorf("%s %s: %w", rec.GetOp(), key, err)
 		}
+		if _, ok := s.undecodable[key]; ok {
+			delete(s.undecodable, key)
+			s.problemsDirty = true
+		}
 		e.uid, e.resourceVersion, e.seq = rec.GetUid(), rec.GetResourceVersion(), seq
+		if old := s.objects[key]; old != nil && e.pod != nil && samePod(old.pod, e.pod) {
+			// Status churn: nothing the mesh reads changed.
+			old.uid, old.resourceVersion, old.seq = e.uid, e.resourceVersion, e.seq
+			return nil
+		}
 		s.remove(key)
 		s.insert(key, e)
 		return nil
 	case pb.Op_OP_DELETE:
+		if _, ok := s.undecodable[key]; ok {
+			delete(s.undecodable, key)
+			s.problemsDirty = true
+		}
 		s.remove(key)
 		return nil
 	default:
@@ -119,8 +197,13 @@ type sliceEndpoint struct {
 	Conditions struct {
 		Ready *bool `json:"ready"`
 	} `json:"conditions"`
-	NodeName *string `json:"nodeName"`
-	Zone     *string `json:"zone"`
+	NodeName  *string `json:"nodeName"`
+	Zone      *string `json:"zone"`
+	TargetRef *struct {
+		Kind      string `json:"kind"`
+		Namespace string `json:"namespace"`
+		Name      string `json:"name"`
+	} `json:"targetRef"`
 }
 
 // decode parses an object according to its kind.
@@ -134,6 +217,9 @@ func decode(key ObjectKey, raw []byte) (*entry, error) {
 		// (metadata, status) is what makes replay fast. The whole object
 		// stays in the change stream.
 		var v struct {
+			Metadata struct {
+				Annotations map[string]string `json:"annotations"`
+			} `json:"metadata"`
 			Spec struct {
 				Type         corev1.ServiceType   `json:"type"`
 				ExternalName string               `json:"externalName"`
@@ -145,6 +231,9 @@ func decode(key ObjectKey, raw []byte) (*entry, error) {
 			return nil, fmt.Errorf("decode Service: %w", err)
 		}
 		svc := &corev1.Service{Spec: corev1.ServiceSpec{Type: v.Spec.Type, ExternalName: v.Spec.ExternalName, ClusterIP: v.Spec.ClusterIP, Ports: v.Spec.Ports}}
+		if e, ok := v.Metadata.Annotations[exportToAnnotation]; ok {
+			svc.Annotations = map[string]string{exportToAnnotation: e}
+		}
 		return &entry{svc: svc}, nil
 	case key.isEndpointSlice():
 		var v struct {
@@ -162,8 +251,44 @@ func decode(key ObjectKey, raw []byte) (*entry, error) {
 		sl.Labels = v.Metadata.Labels
 		for i, e := range v.Endpoints {
 			sl.Endpoints[i] = discoveryv1.Endpoint{Addresses: e.Addresses, Conditions: discoveryv1.EndpointConditions{Ready: e.Conditions.Ready}, NodeName: e.NodeName, Zone: e.Zone}
+			if r := e.TargetRef; r != nil && r.Kind == KindPod && r.Name != "" {
+				sl.Endpoints[i].TargetRef = &corev1.ObjectReference{Kind: KindPod, Namespace: r.Namespace, Name: r.Name}
+			}
 		}
 		return &entry{slice: sl}, nil
+	case key.isPod():
+		p, err := decodePod(raw)
+		if err != nil {
+			return nil, err
+		}
+		return &entry{pod: p}, nil
+	case key.isNetworking(KindDestinationRule):
+		spec := &networkingv1.DestinationRule{}
+		created, err := decodeIstio(raw, spec)
+		if err != nil {
+			return nil, fmt.Errorf("decode DestinationRule: %w", err)
+		}
+		return &entry{rule: &storedRule{key: key, created: created, spec: spec}}, nil
+	case key.isNetworking(KindServiceEntry):
+		spec := &networkingv1.ServiceEntry{}
+		created, err := decodeIstio(raw, spec)
+		if err != nil {
+			return nil, fmt.Errorf("decode ServiceEntry: %w", err)
+		}
+		return &entry{se: &storedEntry{key: key, created: created, spec: spec}}, nil
+	case key.isNetworking(KindWorkloadEntry):
+		spec := &networkingv1.WorkloadEntry{}
+		if _, err := decodeIstio(raw, spec); err != nil {
+			return nil, fmt.Errorf("decode WorkloadEntry: %w", err)
+		}
+		return &entry{we: &storedWorkload{key: key, spec: spec}}, nil
+	case key.isNetworking(KindSidecar):
+		spec := &networkingv1.Sidecar{}
+		created, err := decodeIstio(raw, spec)
+		if err != nil {
+			return nil, fmt.Errorf("decode Sidecar: %w", err)
+		}
+		return &entry{sidecar: &storedSidecar{key: key, created: created, spec: spec}}, nil
 	default:
 		if !json.Valid(raw) {
 			return nil, errors.New("invalid JSON")
@@ -199,6 +324,63 @@ func (s *Store) insert(key ObjectKey, e *entry) {
 		bySlice[sliceID{Cluster: key.Cluster, Name: key.Name}] = e.slice
 		s.sliceOwner[key] = sk
 		s.dirty[sk] = struct{}{}
+		s.countPodUsers(key, e.slice, sk, 1)
+	case e.pod != nil:
+		pk := podKey{Cluster: key.Cluster, Namespace: key.Namespace, Name: key.Name}
+		s.pods[pk] = e.pod
+		s.podChanged(pk)
+	case e.rule != nil:
+		s.rules[key] = e.rule
+		s.rulesDirty = true
+	case e.se != nil:
+		s.entries[key] = e.se
+		s.entriesDirty = true
+	case e.we != nil:
+		s.workloads[key] = e.we
+		s.entriesDirty = true
+	case e.sidecar != nil:
+		s.sidecars[key] = e.sidecar
+		s.sidecarsDirty = true
+	}
+}
+
+// countPodUsers adds delta to the count of each pod the slice's endpoints
+// name, for service sk.
+func (s *Store) countPodUsers(key ObjectKey, sl *discoveryv1.EndpointSlice, sk serviceKey, delta int) {
+	for _, ep := range sl.Endpoints {
+		ref := ep.TargetRef
+		if ref == nil {
+			continue
+		}
+		pk := podKey{Cluster: key.Cluster, Namespace: cmp.Or(ref.Namespace, key.Namespace), Name: ref.Name}
+		users := s.podUsers[pk]
+		if users == nil {
+			users = make(map[serviceKey]int)
+			s.podUsers[pk] = users
+		}
+		if users[sk] += delta; users[sk] <= 0 {
+			delete(users, sk)
+			if len(users) == 0 {
+				delete(s.podUsers, pk)
+			}
+		}
+	}
+}
+
+// podChanged marks what reads the pod's labels: the services whose slices
+// name it, and ServiceEntries selecting workloads in its namespace.
+func (s *Store) podChanged(pk podKey) {
+	for sk := range s.podUsers[pk] {
+		s.dirty[sk] = struct{}{}
+	}
+	if s.entriesDirty {
+		return
+	}
+	for _, se := range s.entries {
+		if se.key.Namespace == pk.Namespace && se.spec.GetWorkloadSelector() != nil {
+			s.entriesDirty = true
+			return
+		}
 	}
 }
 
@@ -228,7 +410,48 @@ func (s *Store) remove(key ObjectKey) {
 			delete(s.slices, sk)
 		}
 		s.dirty[sk] = struct{}{}
+		s.countPodUsers(key, e.slice, sk, -1)
+	case e.pod != nil:
+		pk := podKey{Cluster: key.Cluster, Namespace: key.Namespace, Name: key.Name}
+		delete(s.pods, pk)
+		s.podChanged(pk)
+	case e.rule != nil:
+		delete(s.rules, key)
+		s.rulesDirty = true
+	case e.se != nil:
+		delete(s.entries, key)
+		s.entriesDirty = true
+	case e.we != nil:
+		delete(s.workloads, key)
+		s.entriesDirty = true
+	case e.sidecar != nil:
+		delete(s.sidecars, key)
+		s.sidecarsDirty = true
 	}
+}
+
+// exportToAnnotation is Istio's annotation for a Service's visibility.
+const exportToAnnotation = "networking.istio.io/exportTo"
+
+// decodeIstio decodes an Istio config object: its spec into spec (with
+// Istio's JSON names; unknown fields are ignored, as a newer API may add
+// them) and its creation time.
+func decodeIstio(raw []byte, spec proto.Message) (time.Time, error) {
+	var v struct {
+		Metadata struct {
+			CreationTimestamp metav1.Time `json:"creationTimestamp"`
+		} `json:"metadata"`
+		Spec json.RawMessage `json:"spec"`
+	}
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return time.Time{}, err
+	}
+	if len(v.Spec) > 0 && string(v.Spec) != "null" {
+		if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(v.Spec, spec); err != nil {
+			return time.Time{}, fmt.Errorf("spec: %w", err)
+		}
+	}
+	return v.Metadata.CreationTimestamp.Time, nil
 }
 
 // Len returns the number of stored objects of every kind.

@@ -41,8 +41,8 @@ const (
 // application: Istio's iptables rules do not redirect it again.
 const inboundBindIP = "127.0.0.6"
 
-func envoyClusterSet(m *model.Mesh, in *inbound) (*Set, error) {
-	all, err := perServiceResources(m, keyEnvoyCDS, false, envoyClusters)
+func envoyClusterSet(m *model.Mesh, in *inbound, ns string) (*Set, error) {
+	all, err := perServiceRuled(m, ns, keyEnvoyCDS, envoyClusters)
 	if err != nil {
 		return nil, err
 	}
@@ -61,8 +61,8 @@ func envoyClusterSet(m *model.Mesh, in *inbound) (*Set, error) {
 // routerClusterSet is what a gateway gets until gateways are translated:
 // the outbound clusters and BlackHoleCluster (gateways have no original
 // destination listeners, so no passthrough), as Istio's gateway clusters.
-func routerClusterSet(m *model.Mesh) (*Set, error) {
-	all, err := perServiceResources(m, keyEnvoyCDS, false, envoyClusters)
+func routerClusterSet(m *model.Mesh, ns string) (*Set, error) {
+	all, err := perServiceRuled(m, ns, keyEnvoyCDS, envoyClusters)
 	if err != nil {
 		return nil, err
 	}
@@ -76,31 +76,81 @@ func inboundPorts(in *inbound) []inboundPort {
 	return in.ports
 }
 
-func envoyClusters(svc *model.Service) ([]*Resource, error) {
+// envoyClusters are a service's clusters under rule dr (nil: none): one per
+// port, and one per port and subset of the rule, each with the rule's
+// traffic policy for it.
+func envoyClusters(m *model.Mesh, svc *model.Service, dr *model.DestinationRule) ([]*Resource, error) {
 	var out []*Resource
 	err := servedPorts(svc, func(p *model.Port, proto protocol) error {
-		name := clusterName(svc, p)
-		var c *clusterv3.Cluster
-		switch {
-		case svc.ExternalName != "":
-			c = dnsCluster(name, svc.ExternalName, p.Port)
-		case svc.Headless:
-			c = originalDstCluster(name)
-		default:
-			c = edsCluster(name)
-			c.EdsClusterConfig.EdsConfig = adsSourceNoTimeout()
-			c.LbPolicy = clusterv3.Cluster_LEAST_REQUEST
+		for _, subset := range append([]string{""}, subsetNames(dr)...) {
+			name := model.OutboundClusterName(p.Port, subset, svc.Hostname)
+			c := envoyCluster(svc, p, proto, name)
+			if opts := upstreamOptions(proto); opts != nil {
+				c.TypedExtensionProtocolOptions = map[string]*anypb.Any{httpOptionsKey: opts}
+			}
+			if dr != nil || m.HasDefaultTrafficPolicy() {
+				envoyTrafficPolicy(c, m.TrafficPolicy(dr, p.Port, subset), proto)
+			}
+			r, err := newResource(name, c)
+			if err != nil {
+				return err
+			}
+			out = append(out, r)
 		}
-		c.CircuitBreakers = defaultCircuitBreakers()
-		c.CommonLbConfig = &clusterv3.Cluster_CommonLbConfig{}
-		if opts := upstreamOptions(proto); opts != nil {
-			c.TypedExtensionProtocolOptions = map[string]*anypb.Any{httpOptionsKey: opts}
-		}
-		r, err := newResource(name, c)
-		out = append(out, r)
-		return err
+		return nil
 	})
 	return out, err
+}
+
+// envoyCluster is the cluster of one port (or subset) with Istio's
+// defaults, by the service's resolution: EDS for endpoints by IP,
+// ORIGINAL_DST for passthrough (headless services, resolution NONE),
+// STRICT_DNS for DNS (ExternalName services, DNS ServiceEntries: Envoy
+// resolves, pilotwire never does), LOGICAL_DNS for DNS_ROUND_ROBIN.
+func envoyCluster(svc *model.Service, p *model.Port, _ protocol, name string) *clusterv3.Cluster {
+	var c *clusterv3.Cluster
+	switch {
+	case svc.ExternalName != "":
+		c = dnsCluster(name, svc.ExternalName, p.Port)
+	case svc.Headless || svc.Resolution == model.Passthrough:
+		c = originalDstCluster(name)
+	case svc.Resolution == model.DNSLB || svc.Resolution == model.DNSRoundRobinLB:
+		c = dnsEndpointsCluster(name, p.Endpoints)
+		if svc.Resolution == model.DNSRoundRobinLB {
+			c.ClusterDiscoveryType = &clusterv3.Cluster_Type{Type: clusterv3.Cluster_LOGICAL_DNS}
+		}
+	default:
+		c = edsCluster(name)
+		c.EdsClusterConfig.EdsConfig = adsSourceNoTimeout()
+		c.LbPolicy = clusterv3.Cluster_LEAST_REQUEST
+	}
+	c.CircuitBreakers = defaultCircuitBreakers()
+	c.CommonLbConfig = &clusterv3.Cluster_CommonLbConfig{}
+	return c
+}
+
+// dnsEndpointsCluster resolves each endpoint's address (a name or an IP).
+func dnsEndpointsCluster(name string, eps []model.Endpoint) *clusterv3.Cluster {
+	c := &clusterv3.Cluster{
+		Name:                 name,
+		ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_STRICT_DNS},
+		ConnectTimeout:       durationpb.New(ConnectTimeout),
+		LbPolicy:             clusterv3.Cluster_LEAST_REQUEST,
+		DnsLookupFamily:      clusterv3.Cluster_V4_ONLY,
+		LoadAssignment:       loadAssignment(name, eps),
+	}
+	return c
+}
+
+func subsetNames(dr *model.DestinationRule) []string {
+	if dr == nil {
+		return nil
+	}
+	var out []string
+	for _, s := range dr.Spec.GetSubsets() {
+		out = append(out, s.GetName())
+	}
+	return out
 }
 
 // upstreamOptions: HTTP/2 to HTTP/2 ports; the client's protocol to sniffed

@@ -26,14 +26,16 @@ import (
 //     service (its listener already matched the destination).
 
 type routeKey struct {
-	port int32
-	ns   string
-	mode meshconfig.Mode
+	port  int32
+	ns    string
+	rules string // the client's DestinationRule view
+	mode  meshconfig.Mode
 }
 
 type vhostKey struct {
 	port int32
 	same bool // the client is in the service's namespace
+	rule *model.DestinationRule
 }
 
 type resourceResult struct {
@@ -47,7 +49,7 @@ func envoyRouteSet(m *model.Mesh, ns string, mode meshconfig.Mode) (*Set, error)
 	for _, port := range httpPorts(m) {
 		// A route configuration reads the namespace only when a service of
 		// that namespace has the port: other namespaces share one.
-		key := routeKey{port: port, mode: mode}
+		key := routeKey{port: port, mode: mode, rules: m.DestinationRuleView(ns)}
 		if byPort[port][ns] {
 			key.ns = ns
 		}
@@ -60,7 +62,7 @@ func envoyRouteSet(m *model.Mesh, ns string, mode meshconfig.Mode) (*Set, error)
 		}
 		all = append(all, r.r)
 	}
-	sniffed, err := perServiceResources(m, keySniffedRoute, false, sniffedRoutes)
+	sniffed, err := perServiceRuled(m, ns, keySniffedRoute, sniffedRoutes)
 	if err != nil {
 		return nil, err
 	}
@@ -102,7 +104,7 @@ func portRoute(m *model.Mesh, key routeKey) (*Resource, error) {
 			if p.Port != key.port || !proto.httpOrSniffed() {
 				return nil
 			}
-			vh := serviceVirtualHost(svc, p, svc.Namespace == key.ns)
+			vh := serviceVirtualHost(m, svc, p, svc.Namespace == key.ns, m.DestinationRule(key.rules, svc))
 			// Envoy rejects a domain twice in one configuration: the first
 			// service by hostname keeps it.
 			if slices.ContainsFunc(vh.Domains, func(d string) bool { return claimed[d] }) {
@@ -127,12 +129,12 @@ func portRoute(m *model.Mesh, key routeKey) (*Resource, error) {
 
 // serviceVirtualHost is memoised per service, port and whether the client
 // shares the service's namespace. Read-only.
-func serviceVirtualHost(svc *model.Service, p *model.Port, same bool) *routev3.VirtualHost {
-	return svc.ConfigMemo(vhostKey{p.Port, same}, func() any {
+func serviceVirtualHost(m *model.Mesh, svc *model.Service, p *model.Port, same bool, dr *model.DestinationRule) *routev3.VirtualHost {
+	return svc.ConfigMemo(vhostKey{p.Port, same, dr}, func() any {
 		return &routev3.VirtualHost{
 			Name:    svc.Hostname + ":" + portString(p.Port),
 			Domains: serviceDomains(svc, same),
-			Routes:  []*routev3.Route{defaultRoute(clusterName(svc, p), noTimeout)},
+			Routes:  []*routev3.Route{serviceRoute(m, svc, p, dr)},
 		}
 	}).(*routev3.VirtualHost)
 }
@@ -183,12 +185,12 @@ func catchAllHost(mode meshconfig.Mode) *routev3.VirtualHost {
 
 // sniffedRoutes returns the route configurations of a service's sniffed
 // ports that have a listener (cluster IP or headless).
-func sniffedRoutes(svc *model.Service) ([]*Resource, error) {
-	if svc.ClusterIP == "" && !svc.Headless {
+func sniffedRoutes(m *model.Mesh, svc *model.Service, dr *model.DestinationRule) ([]*Resource, error) {
+	if svc.ClusterIP == "" && !svc.Headless || svc.ExternalName != "" {
 		return nil, nil
 	}
 	var out []*Resource
-	err := meshPorts(svc, func(p *model.Port, proto protocol) error {
+	err := servedPorts(svc, func(p *model.Port, proto protocol) error {
 		if proto != protoAuto {
 			return nil
 		}
@@ -198,7 +200,7 @@ func sniffedRoutes(svc *model.Service) ([]*Resource, error) {
 			VirtualHosts: []*routev3.VirtualHost{{
 				Name:    name,
 				Domains: []string{"*"},
-				Routes:  []*routev3.Route{defaultRoute(clusterName(svc, p), noTimeout)},
+				Routes:  []*routev3.Route{serviceRoute(m, svc, p, dr)},
 			}},
 			ValidateClusters:               wrapperspb.Bool(false),
 			MaxDirectResponseBodySizeBytes: wrapperspb.UInt32(1 << 20),
@@ -209,4 +211,15 @@ func sniffedRoutes(svc *model.Service) ([]*Resource, error) {
 		return err
 	})
 	return out, err
+}
+
+// serviceRoute sends everything to the port's default cluster, hashing by
+// the rule's consistent hash key when it has one (Istio puts the hash
+// policy on the route).
+func serviceRoute(m *model.Mesh, svc *model.Service, p *model.Port, dr *model.DestinationRule) *routev3.Route {
+	r := defaultRoute(clusterName(svc, p), noTimeout)
+	if dr != nil {
+		r.GetRoute().HashPolicy = hashPolicy(m.TrafficPolicy(dr, p.Port, "").GetLoadBalancer())
+	}
+	return r
 }

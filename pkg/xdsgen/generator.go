@@ -89,3 +89,34 @@ func serviceResources(svc *model.Service, key any, endpoints bool, gen func(*mod
 	}
 	return r.resources, nil
 }
+
+// ruledKey memoises a service's resources generated under one
+// DestinationRule (nil for none): a rule that changes is a new pointer,
+// and a service whose rules change is a new service, so entries never go
+// stale.
+type ruledKey struct {
+	key  any
+	rule *model.DestinationRule
+}
+
+// perServiceRuled is perServiceResources for resources that read the
+// DestinationRule a proxy in namespace ns applies to each service.
+func perServiceRuled(m *model.Mesh, ns string, key any, gen func(*model.Mesh, *model.Service, *model.DestinationRule) ([]*Resource, error)) ([]*Resource, error) {
+	all := make([]*Resource, 0, len(m.Services))
+	for _, svc := range m.Services {
+		dr := m.DestinationRule(ns, svc)
+		k := key // boxed once: services without rules cost no allocation
+		if dr != nil {
+			k = ruledKey{key, dr}
+		}
+		r := svc.ConfigMemo(k, func() any {
+			rs, err := gen(m, svc, dr)
+			return serviceResult{resources: rs, err: err}
+		}).(serviceResult)
+		if r.err != nil {
+			return nil, fmt.Errorf("service %s: %w", svc.Hostname, r.err)
+		}
+		all = append(all, r.resources...)
+	}
+	return all, nil
+}

@@ -75,12 +75,20 @@ func grpcServerListener(host string, port int32) *listenerv3.Listener {
 	}
 }
 
-func grpcRouteSet(m *model.Mesh) (*Set, error) {
-	return perService(m, resource.RouteType, keyGRPCRDS, false, grpcRoutes)
+func grpcRouteSet(m *model.Mesh, ns string) (*Set, error) {
+	all, err := perServiceRuled(m, ns, keyGRPCRDS, grpcRoutes)
+	if err != nil {
+		return nil, err
+	}
+	return newSet(resource.RouteType, all), nil
 }
 
-func grpcClusterSet(m *model.Mesh) (*Set, error) {
-	return perService(m, resource.ClusterType, keyGRPCCDS, false, grpcClusters)
+func grpcClusterSet(m *model.Mesh, ns string) (*Set, error) {
+	all, err := perServiceRuled(m, ns, keyGRPCCDS, grpcClusters)
+	if err != nil {
+		return nil, err
+	}
+	return newSet(resource.ClusterType, all), nil
 }
 
 // grpcTarget is the authority a gRPC client dials: <host>:<port>.
@@ -103,16 +111,22 @@ func grpcListeners(svc *model.Service) ([]*Resource, error) {
 	return out, err
 }
 
-func grpcRoutes(svc *model.Service) ([]*Resource, error) {
+// grpcRoutes route each port to its default cluster, with the hash
+// policy of the rule's consistent hash (by header: what gRPC honours).
+func grpcRoutes(m *model.Mesh, svc *model.Service, dr *model.DestinationRule) ([]*Resource, error) {
 	var out []*Resource
 	err := meshPorts(svc, func(p *model.Port, _ protocol) error {
 		name := grpcTarget(svc, p)
+		route := defaultRoute(clusterName(svc, p), nil)
+		if dr != nil {
+			route.GetRoute().HashPolicy = grpcHashPolicy(m.TrafficPolicy(dr, p.Port, "").GetLoadBalancer())
+		}
 		rc := &routev3.RouteConfiguration{
 			Name: name,
 			VirtualHosts: []*routev3.VirtualHost{{
 				Name:    name,
 				Domains: []string{name, svc.Hostname},
-				Routes:  []*routev3.Route{defaultRoute(clusterName(svc, p), nil)},
+				Routes:  []*routev3.Route{route},
 			}},
 		}
 		r, err := newResource(name, rc)
@@ -122,13 +136,24 @@ func grpcRoutes(svc *model.Service) ([]*Resource, error) {
 	return out, err
 }
 
-func grpcClusters(svc *model.Service) ([]*Resource, error) {
+// grpcClusters are the EDS clusters of each port and of each subset of
+// the rule, with what gRPC supports of its traffic policy.
+func grpcClusters(m *model.Mesh, svc *model.Service, dr *model.DestinationRule) ([]*Resource, error) {
 	var out []*Resource
 	err := meshPorts(svc, func(p *model.Port, _ protocol) error {
-		name := clusterName(svc, p)
-		r, err := newResource(name, edsCluster(name))
-		out = append(out, r)
-		return err
+		for _, subset := range append([]string{""}, subsetNames(dr)...) {
+			name := model.OutboundClusterName(p.Port, subset, svc.Hostname)
+			c := edsCluster(name)
+			if dr != nil || m.HasDefaultTrafficPolicy() {
+				grpcTrafficPolicy(c, m.TrafficPolicy(dr, p.Port, subset))
+			}
+			r, err := newResource(name, c)
+			if err != nil {
+				return err
+			}
+			out = append(out, r)
+		}
+		return nil
 	})
 	return out, err
 }

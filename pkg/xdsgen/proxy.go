@@ -73,15 +73,23 @@ func GenerateFor(m *model.Mesh, p Proxy, typeURL string) (*Set, error) {
 	return set, nil
 }
 
-func generateFor(m *model.Mesh, p Proxy, typeURL string) (*Set, error) {
+func generateFor(full *model.Mesh, p Proxy, typeURL string) (*Set, error) {
 	mode := p.Mesh.OutboundMode()
+	// Outbound config covers the services the proxy's namespace may see
+	// (exportTo, Sidecar egress); load assignments are named subscriptions
+	// and shared, and the inbound side is what the pod serves, whatever the
+	// namespace sees.
+	m := full.ScopeFor(p.Namespace)
+	inboundFor := func(_ *model.Mesh, ip string) *inbound { return inboundFor(full, ip) }
 	switch {
 	case typeURL == resource.EndpointType:
-		return memoSet(m, keyEDS, true, func() (*Set, error) { return endpointSet(m) })
+		return memoSet(full, keyEDS, true, func() (*Set, error) { return endpointSet(full) })
 	case p.Generator == GRPC && typeURL == resource.ClusterType:
-		return memoSet(m, keyGRPCCDS, false, func() (*Set, error) { return grpcClusterSet(m) })
+		key := proxyKey{gen: GRPC, typeURL: typeURL, rules: m.DestinationRuleView(p.Namespace)}
+		return memoSet(m, key, false, func() (*Set, error) { return grpcClusterSet(m, p.Namespace) })
 	case p.Generator == GRPC && typeURL == resource.RouteType:
-		return memoSet(m, keyGRPCRDS, false, func() (*Set, error) { return grpcRouteSet(m) })
+		key := proxyKey{gen: GRPC, typeURL: typeURL, rules: m.DestinationRuleView(p.Namespace)}
+		return memoSet(m, key, false, func() (*Set, error) { return grpcRouteSet(m, p.Namespace) })
 	case p.Generator == GRPC && typeURL == resource.ListenerType:
 		in := inboundFor(m, p.IP)
 		if in == nil {
@@ -91,13 +99,14 @@ func generateFor(m *model.Mesh, p Proxy, typeURL string) (*Set, error) {
 		return memoSet(m, key, false, func() (*Set, error) { return grpcListenerSet(m, in, p.IP) })
 	case p.Generator != Envoy:
 	case p.Type == Router && typeURL == resource.ClusterType:
-		return memoSet(m, keyRouterCDS, false, func() (*Set, error) { return routerClusterSet(m) })
+		key := proxyKey{gen: Envoy, typeURL: "router-clusters", rules: m.DestinationRuleView(p.Namespace)}
+		return memoSet(m, key, false, func() (*Set, error) { return routerClusterSet(m, p.Namespace) })
 	case p.Type == Router && (typeURL == resource.ListenerType || typeURL == resource.RouteType):
 		return emptySet(typeURL), nil
 	case typeURL == resource.ClusterType:
 		in := inboundFor(m, p.IP)
-		key := proxyKey{gen: Envoy, typeURL: typeURL, inbound: in.envoyKey()}
-		return memoSet(m, key, false, func() (*Set, error) { return envoyClusterSet(m, in) })
+		key := proxyKey{gen: Envoy, typeURL: typeURL, inbound: in.envoyKey(), rules: m.DestinationRuleView(p.Namespace)}
+		return memoSet(m, key, false, func() (*Set, error) { return envoyClusterSet(m, in, p.Namespace) })
 	case typeURL == resource.ListenerType:
 		in := inboundFor(m, p.IP)
 		key := proxyKey{gen: Envoy, typeURL: typeURL, mode: mode, inbound: in.envoyKey()}
@@ -120,22 +129,24 @@ type memoKey struct {
 
 // proxyKey names a set that depends on the proxy: its inbound side (a
 // description of the ports it serves, not its IP, so that pods backing
-// the same services share), its namespace and the mesh's outbound mode.
+// the same services share), its namespace, the DestinationRules its
+// namespace sees ([model.Mesh.DestinationRuleView]) and the mesh's
+// outbound mode.
 type proxyKey struct {
 	gen     Generator
 	typeURL string
 	mode    meshconfig.Mode
 	ns      string
+	rules   string
 	inbound string
 	ip      string
 }
 
 var (
 	keyEDS          any = memoKey{typeURL: resource.EndpointType}
-	keyGRPCCDS      any = memoKey{GRPC, resource.ClusterType}
+	keyGRPCCDS      any = memoKey{GRPC, resource.ClusterType} // per service
 	keyGRPCLDS      any = memoKey{GRPC, resource.ListenerType}
-	keyGRPCRDS      any = memoKey{GRPC, resource.RouteType}
-	keyRouterCDS    any = memoKey{Envoy, "router-clusters"}
+	keyGRPCRDS      any = memoKey{GRPC, resource.RouteType}        // per service
 	keyEnvoyCDS     any = memoKey{Envoy, resource.ClusterType}     // per service
 	keyEnvoyTCP     any = memoKey{Envoy, "tcp-listeners"}          // per service
 	keyHeadless     any = memoKey{Envoy, "headless-listeners"}     // per service, reads endpoints
@@ -256,10 +267,10 @@ func servedPorts(svc *model.Service, fn func(p *model.Port, proto protocol) erro
 	return nil
 }
 
-// meshPorts calls fn for the served ports of services that are not
-// ExternalName: those with endpoints.
+// meshPorts calls fn for the served ports of services whose endpoints go
+// over EDS: not ExternalName, not resolved by DNS.
 func meshPorts(svc *model.Service, fn func(p *model.Port, proto protocol) error) error {
-	if svc.ExternalName != "" {
+	if svc.ExternalName != "" || svc.Resolution == model.DNSLB || svc.Resolution == model.DNSRoundRobinLB {
 		return nil
 	}
 	return servedPorts(svc, fn)

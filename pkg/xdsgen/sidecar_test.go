@@ -74,7 +74,11 @@ func TestOutboundTrafficPolicy(t *testing.T) {
 	} {
 		t.Run(tc.wantHost, func(t *testing.T) {
 			p := goldenProxy()
-			p.Mesh = &meshconfig.MeshConfig{OutboundTrafficPolicy: &meshconfig.OutboundTrafficPolicy{Mode: tc.mode}}
+			mc, err := meshconfig.Parse([]byte("outboundTrafficPolicy: {mode: " + string(cmpOr(tc.mode, meshconfig.AllowAny)) + "}"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			p.Mesh = mc
 			lds := goldenFor(t, p, resource.ListenerType)
 			vo := msg[*listenerv3.Listener](t, lds, VirtualOutboundListener)
 			if !vo.GetUseOriginalDst().GetValue() || vo.GetBindToPort() != nil {
@@ -145,4 +149,12 @@ func TestGRPCServerListeners(t *testing.T) {
 	if set.Get("web.shop.svc.cluster.local:80") == nil {
 		t.Error("client listeners missing next to the server ones")
 	}
+}
+
+func cmpOr[T comparable](v, def T) T {
+	var zero T
+	if v == zero {
+		return def
+	}
+	return v
 }

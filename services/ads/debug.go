@@ -12,6 +12,7 @@ import (
 	resource "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/pilotwire/pilotwire/pkg/model"
 	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
 )
 
@@ -138,18 +139,37 @@ func (s *Server) configz(w http.ResponseWriter, _ *http.Request) {
 		Endpoints []string `json:"endpoints"`
 	}
 	type svc struct {
-		Hostname  string   `json:"hostname"`
-		ClusterIP string   `json:"cluster_ip,omitempty"`
-		Clusters  []string `json:"clusters"`
-		Ports     []port   `json:"ports"`
+		Hostname         string   `json:"hostname"`
+		Registry         string   `json:"registry,omitempty"`
+		Resolution       string   `json:"resolution"`
+		ClusterIP        string   `json:"cluster_ip,omitempty"`
+		Clusters         []string `json:"clusters"`
+		ExportTo         []string `json:"export_to,omitempty"`
+		DestinationRules []string `json:"destination_rules,omitempty"`
+		Subsets          []string `json:"subsets,omitempty"`
+		Ports            []port   `json:"ports"`
+	}
+	type problem struct {
+		Object string `json:"object"`
+		Reason string `json:"reason"`
 	}
 	out := struct {
-		Seq      uint64 `json:"seq"`
-		Objects  int    `json:"objects"`
-		Services []svc  `json:"services"`
-	}{Seq: m.Seq, Objects: s.store.Len()}
+		Seq      uint64    `json:"seq"`
+		Objects  int       `json:"objects"`
+		Services []svc     `json:"services"`
+		Ignored  []problem `json:"ignored"`
+	}{Seq: m.Seq, Objects: s.store.Len(), Ignored: []problem{}}
+	for _, p := range m.Problems() {
+		out.Ignored = append(out.Ignored, problem{Object: p.Object, Reason: p.Reason})
+	}
 	for _, sv := range m.Services {
-		x := svc{Hostname: sv.Hostname, ClusterIP: sv.ClusterIP, Clusters: sv.Clusters}
+		x := svc{Hostname: sv.Hostname, ClusterIP: sv.ClusterIP, Clusters: sv.Clusters, Resolution: sv.Resolution.String(), ExportTo: sv.ExportTo, Subsets: sv.Subsets()}
+		if sv.Registry == model.ServiceEntryRegistry {
+			x.Registry = "ServiceEntry"
+		}
+		for _, r := range sv.DestinationRules() {
+			x.DestinationRules = append(x.DestinationRules, strings.Join(r.From, "+"))
+		}
 		for _, p := range sv.Ports {
 			pp := port{Name: p.Name, Port: p.Port}
 			for _, e := range p.Endpoints {

@@ -84,7 +84,9 @@ type follower struct {
 
 	// owned by the consumer callback
 	caughtUpOnce sync.Once
-	caughtUp     chan struct{} // closed at the first message with nothing pending
+	caughtUp     chan struct{}          // closed at the first message with nothing pending
+	reported     map[model.Problem]bool // problems already reported
+	reportedOnce bool
 }
 
 // bootstrap starts following and returns once the model has applied the
@@ -168,5 +170,24 @@ func (f *follower) handle(msg jetstream.Msg) {
 	f.gate.advance(md.Sequence.Stream)
 	if md.NumPending == 0 {
 		f.caughtUpOnce.Do(func() { close(f.caughtUp) })
+		if rec.GetRef().GetGroup() == model.GroupNetworking || rec.GetRef().GetKind() == model.KindService || !f.reportedOnce {
+			f.reportProblems()
+		}
 	}
+}
+
+// reportProblems logs, and counts in pilot_total_xds_internal_errors, each
+// object (or part) the mesh newly ignores. It runs when the model has
+// caught up after a change of config, so a replay reports each problem once.
+func (f *follower) reportProblems() {
+	f.reportedOnce = true
+	now := make(map[model.Problem]bool)
+	for _, p := range f.store.Snapshot().Problems() {
+		now[p] = true
+		if !f.reported[p] {
+			f.metrics.internalErrors.Inc()
+			f.log.Warn("config ignored", "object", p.Object, "reason", p.Reason)
+		}
+	}
+	f.reported = now
 }

@@ -31,6 +31,7 @@ type metrics struct {
 	doneErrors      prometheus.Counter
 	generateErrors  *prometheus.CounterVec
 	routers         prometheus.Counter
+	internalErrors  prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -53,6 +54,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		badRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pilotwire_ads_bad_requests_total", Help: "Malformed xDS requests, by reason.",
 		}, []string{"reason"}),
+		internalErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pilot_total_xds_internal_errors", Help: "Config objects (or parts of them) the model ignores as invalid or conflicting; /debug/configz lists them.",
+		}),
 		routers: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "pilotwire_ads_router_connections_total", Help: "Connections from routers (gateways), which get clusters only until gateways are translated.",
 		}),

@@ -66,7 +66,7 @@ func Run(ctx context.Context, cfg Config, d svc.Deps) error {
 	}
 	m := newMetrics(d.Reg)
 	gate := newSeqGate()
-	store := model.NewStore()
+	store := model.NewStore(model.WithMeshConfig(meshCfg))
 	s := &Server{
 		id:      cfg.FrontendID,
 		store:   store,

@@ -48,10 +48,24 @@ func toEvent(data []byte, seq uint64, idx *endpointIndex) (debounce.Event, error
 		ev.Full = idx.apply(rec.GetCluster(), ref.GetNamespace(), ref.GetName(), sl, rec.GetOp() == pb.Op_OP_DELETE)
 	case ref.GetGroup() == "" && ref.GetKind() == "Service":
 		ev.Reason = ReasonService
-	case ref.GetGroup() == "" && (ref.GetKind() == "Pod" || ref.GetKind() == "Node"):
-		// Like Istio's proxy updates: they concern the proxies on that pod
-		// or node, not every proxy, so they are not full pushes; the pusher
-		// scopes them.
+	case ref.GetGroup() == "" && ref.GetKind() == "Pod":
+		// Like Istio's proxy updates: they concern the proxies on that pod,
+		// not every proxy, so they are not full pushes; the pusher scopes
+		// them. A change of the pod's labels also moves its endpoints
+		// between subsets: an endpoint push of the services whose slices
+		// name the pod.
+		ev.Full = false
+		ev.Reason = ReasonProxy
+		svcs := idx.podChange(rec.GetCluster(), ref.GetNamespace(), ref.GetName(), podLabels(rec.GetObject()), rec.GetOp() == pb.Op_OP_DELETE)
+		if len(svcs) > 0 {
+			ev.Reason = ReasonEndpoint
+		}
+		ev.ConfigKeys = []debounce.ConfigKey{key}
+		for _, s := range svcs {
+			ev.ConfigKeys = append(ev.ConfigKeys, debounce.ConfigKey{Kind: "Service", Namespace: s.ns, Name: s.name, Cluster: s.cluster})
+		}
+		return ev, nil
+	case ref.GetGroup() == "" && ref.GetKind() == "Node":
 		ev.Full = false
 		ev.Reason = ReasonProxy
 	case ref.GetGroup() == "" && ref.GetKind() == "Namespace":
@@ -63,8 +77,27 @@ func toEvent(data []byte, seq uint64, idx *endpointIndex) (debounce.Event, error
 
 // slice is what the debouncer reads of an EndpointSlice.
 type slice struct {
-	service string // kubernetes.io/service-name
-	ports   string // canonical signature of its ports
+	service string   // kubernetes.io/service-name
+	ports   string   // canonical signature of its ports
+	pods    []string // the pods its endpoints' targetRefs name, as namespace/name
+}
+
+// podLabels is a canonical form of a pod's labels.
+func podLabels(obj []byte) string {
+	var o struct {
+		Metadata struct {
+			Labels map[string]string `json:"labels"`
+		} `json:"metadata"`
+	}
+	if len(obj) == 0 || json.Unmarshal(obj, &o) != nil {
+		return ""
+	}
+	ls := make([]string, 0, len(o.Metadata.Labels))
+	for k, v := range o.Metadata.Labels {
+		ls = append(ls, k+"="+v)
+	}
+	slices.Sort(ls)
+	return strings.Join(ls, ",")
 }
 
 func parseSlice(obj []byte) slice {
@@ -77,6 +110,13 @@ func parseSlice(obj []byte) slice {
 			Port     *int32  `json:"port"`
 			Protocol *string `json:"protocol"`
 		} `json:"ports"`
+		Endpoints []struct {
+			TargetRef *struct {
+				Kind      string `json:"kind"`
+				Namespace string `json:"namespace"`
+				Name      string `json:"name"`
+			} `json:"targetRef"`
+		} `json:"endpoints"`
 	}
 	if len(obj) == 0 || json.Unmarshal(obj, &o) != nil {
 		return slice{}
@@ -96,7 +136,13 @@ func parseSlice(obj []byte) slice {
 		ps = append(ps, fmt.Sprintf("%s/%s/%d", name, proto, port))
 	}
 	slices.Sort(ps)
-	return slice{service: o.Metadata.Labels[serviceNameLabel], ports: strings.Join(ps, ",")}
+	var pods []string
+	for _, e := range o.Endpoints {
+		if r := e.TargetRef; r != nil && r.Kind == "Pod" && r.Name != "" {
+			pods = append(pods, r.Namespace+"/"+r.Name)
+		}
+	}
+	return slice{service: o.Metadata.Labels[serviceNameLabel], ports: strings.Join(ps, ","), pods: pods}
 }
 
 // endpointIndex remembers which EndpointSlices each service has and their
@@ -105,22 +151,87 @@ func parseSlice(obj []byte) slice {
 // ports) from one that only changes load assignments. It starts empty after
 // a restart, so the first change of each service is treated as full:
 // conservative, never a missed full push.
+//
+// It also remembers which services' slices name each pod, and each pod's
+// labels, so that a pod label change becomes an endpoint push of those
+// services. A pod whose services are not known yet (no slice naming it was
+// seen since the debouncer started) gets no push: its services' next slice
+// change carries the labels.
 type endpointIndex struct {
-	slices   map[sliceID]slice
-	services map[svcID]int // number of slices
+	slices    map[sliceID]slice
+	services  map[svcID]int           // number of slices
+	podUsers  map[podID]map[svcID]int // services whose slices name the pod
+	podLabels map[podID]string        // canonical labels, as last seen
 }
+
+type podID struct{ cluster, ns, name string }
 
 type sliceID struct{ cluster, ns, name string }
 type svcID struct{ cluster, ns, name string }
 
 func newEndpointIndex() *endpointIndex {
-	return &endpointIndex{slices: make(map[sliceID]slice), services: make(map[svcID]int)}
+	return &endpointIndex{slices: make(map[sliceID]slice), services: make(map[svcID]int),
+		podUsers: make(map[podID]map[svcID]int), podLabels: make(map[podID]string)}
+}
+
+// podChange records a pod's labels and returns the services whose
+// endpoints it moves between subsets: those whose slices name it, when its
+// labels changed (or were not known).
+func (x *endpointIndex) podChange(cluster, ns, name, labels string, deleted bool) []svcID {
+	id := podID{cluster, ns, name}
+	old, known := x.podLabels[id]
+	if deleted {
+		delete(x.podLabels, id)
+	} else {
+		x.podLabels[id] = labels
+	}
+	if known && old == labels && !deleted {
+		return nil
+	}
+	out := make([]svcID, 0, len(x.podUsers[id]))
+	for s := range x.podUsers[id] {
+		out = append(out, s)
+	}
+	slices.SortFunc(out, func(a, b svcID) int { return strings.Compare(a.ns+"/"+a.name, b.ns+"/"+b.name) })
+	return out
+}
+
+// countPods adds delta to the users of the pods sl names.
+func (x *endpointIndex) countPods(cluster, ns string, sl slice, delta int) {
+	if sl.service == "" {
+		return
+	}
+	svc := svcID{cluster, ns, sl.service}
+	for _, p := range sl.pods {
+		pns, name, _ := strings.Cut(p, "/")
+		if pns == "" {
+			pns = ns
+		}
+		id := podID{cluster, pns, name}
+		users := x.podUsers[id]
+		if users == nil {
+			users = make(map[svcID]int)
+			x.podUsers[id] = users
+		}
+		if users[svc] += delta; users[svc] <= 0 {
+			delete(users, svc)
+			if len(users) == 0 {
+				delete(x.podUsers, id)
+			}
+		}
+	}
 }
 
 // apply records one slice change and reports whether it needs a full push.
 func (x *endpointIndex) apply(cluster, ns, name string, sl slice, deleted bool) bool {
 	id := sliceID{cluster, ns, name}
 	old, had := x.slices[id]
+	if had {
+		x.countPods(cluster, ns, old, -1)
+	}
+	if !deleted {
+		x.countPods(cluster, ns, sl, 1)
+	}
 	if deleted {
 		if !had {
 			return true // unknown (e.g. before a restart): be conservative

@@ -2,6 +2,7 @@ package debouncer
 
 import (
 	"encoding/json"
+	"slices"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -106,6 +107,42 @@ func TestRanges(t *testing.T) {
 	for _, s := range []uint64{4, 6, 9} {
 		if covers(got, s) {
 			t.Errorf("covers(%d) = true", s)
+		}
+	}
+}
+
+// TestPodLabelChangeIsEndpointPush: a pod label change becomes an
+// endpoint-only push keyed by the services whose slices name the pod, so
+// that the pusher sends it to the connections watching their load
+// assignments; a pod update that keeps its labels reaches no one.
+func TestPodLabelChangeIsEndpointPush(t *testing.T) {
+	idx := newEndpointIndex()
+	rec := func(ref *pb.ObjectRef, obj string) []byte {
+		b, _ := proto.Marshal(&pb.ChangeRecord{Cluster: "c1", Ref: ref, Op: pb.Op_OP_UPDATE, Object: []byte(obj)})
+		return b
+	}
+	sliceRef := &pb.ObjectRef{Group: "discovery.k8s.io", Kind: "EndpointSlice", Namespace: "ns", Name: "web-abc"}
+	if _, err := toEvent(rec(sliceRef, `{"metadata":{"labels":{"kubernetes.io/service-name":"web"}},"endpoints":[{"addresses":["10.0.0.1"],"targetRef":{"kind":"Pod","name":"web-1"}}]}`), 1, idx); err != nil {
+		t.Fatal(err)
+	}
+	podRef := &pb.ObjectRef{Kind: "Pod", Namespace: "ns", Name: "web-1"}
+	webKey := debounce.ConfigKey{Kind: "Service", Namespace: "ns", Name: "web", Cluster: "c1"}
+	podKey := debounce.ConfigKey{Kind: "Pod", Namespace: "ns", Name: "web-1", Cluster: "c1"}
+	for i, st := range []struct {
+		labels string
+		keys   []debounce.ConfigKey
+		reason string
+	}{
+		{labels: `{"version":"v1"}`, keys: []debounce.ConfigKey{podKey, webKey}, reason: ReasonEndpoint}, // first seen
+		{labels: `{"version":"v1"}`, keys: []debounce.ConfigKey{podKey}, reason: ReasonProxy},
+		{labels: `{"version":"v2"}`, keys: []debounce.ConfigKey{podKey, webKey}, reason: ReasonEndpoint},
+	} {
+		ev, err := toEvent(rec(podRef, `{"metadata":{"labels":`+st.labels+`}}`), uint64(2+i), idx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev.Full || ev.Reason != st.reason || !slices.Equal(ev.ConfigKeys, st.keys) {
+			t.Errorf("step %d: event %+v, want keys %v reason %s", i, ev, st.keys, st.reason)
 		}
 	}
 }

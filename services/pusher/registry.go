@@ -97,7 +97,7 @@ func (p *Pusher) applyEntry(e jetstream.KeyValueEntry) {
 			p.m.connections.Set(float64(len(p.conns)))
 		}
 		c.info = info
-		c.synced = max(c.synced, info.GetSyncedSeq())
+		c.advance(info.GetSyncedSeq())
 		p.catchUpLocked(conn, c)
 	}
 }

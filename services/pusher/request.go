@@ -20,6 +20,9 @@ type request struct {
 	reasons  map[string]int32
 	enqueued time.Time
 	start    time.Time // earliest change observed; zero if unknown
+	// covered: the sequences of the PushRequest it was made from (nil once
+	// merged or for a catch-up); scoping marks them skipped.
+	covered []seqRange
 }
 
 type keyID struct{ kind, ns, name, cluster string }
@@ -31,6 +34,7 @@ func newRequest(pr *pb.PushRequest, now time.Time) *request {
 		keys:     make(map[keyID]*pb.ConfigKey, len(pr.GetConfigKeys())),
 		reasons:  maps.Clone(pr.GetReasons()),
 		enqueued: now,
+		covered:  coveredRanges(pr),
 	}
 	if pr.GetStart() != nil {
 		r.start = pr.GetStart().AsTime()

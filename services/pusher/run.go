@@ -214,16 +214,16 @@ func (p *Pusher) handlePushRequest(msg jetstream.Msg) {
 	now := p.now()
 	req := newRequest(pr, now)
 	p.mu.Lock()
-	prev := p.latest
 	p.latest = max(p.latest, pr.GetThroughSeq())
 	p.m.latestSeq.Set(float64(p.latest))
 	for id, c := range p.conns {
 		switch {
 		case c.synced >= req.through:
 			p.m.skipped.WithLabelValues("synced").Inc()
-		case !needsPush(c.info, req) && c.synced >= prev:
-			// Up to date before, untouched by this change: up to date now.
-			c.synced = req.through
+		case !needsPush(c.info, req):
+			// Untouched by these sequences: synced moves over them once
+			// every sequence below them is reflected too.
+			c.skip(req.covered)
 			p.m.skipped.WithLabelValues("scope").Inc()
 		default:
 			p.enqueueLocked(id, req)
@@ -350,7 +350,7 @@ func (p *Pusher) handleDone(m *nats.Msg) {
 	case pb.PushDone_SENT, pb.PushDone_UNCHANGED:
 		if c != nil {
 			c.retried = false
-			c.synced = max(c.synced, d.GetSyncedSeq())
+			c.advance(d.GetSyncedSeq())
 		}
 	case pb.PushDone_CONN_GONE:
 		p.forgetConnLocked(f.conn)

@@ -8,8 +8,10 @@ import (
 
 // connState is one connection as the pusher sees it.
 type connState struct {
-	info   *pb.ConnectionInfo
-	synced uint64 // highest of the registry's and the done reports' synced_seq
+	info *pb.ConnectionInfo
+	// what its config reflects: the registry's and the done reports'
+	// synced_seq, and the requests scoped out for it
+	syncState
 	// queued is the highest through_seq queued or in flight for it.
 	queued uint64
 	// retried: re-queued once after a timeout or failure, not again.

@@ -41,6 +41,10 @@ type Config struct {
 	// MaxBatch caps the orders sent to one frontend in one message (no
 	// flag; default 256).
 	MaxBatch int
+	// MaxBatchBytes caps the encoded size of one PushOrderBatch below the
+	// server's max payload, which always caps it (no flag; default 0: the
+	// max payload alone).
+	MaxBatchBytes int
 	// DrainTimeout bounds the dispatch of queued work on shutdown (no flag;
 	// default 5s).
 	DrainTimeout time.Duration

@@ -20,6 +20,7 @@ type metrics struct {
 	registryErrors prometheus.Counter
 	consumeErrors  prometheus.Counter
 	sendErrors     prometheus.Counter
+	oversized      prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -79,8 +80,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		sendErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "pilotwire_pusher_send_errors_total", Help: "Push order batches that could not be sent (their done timeout re-queues them).",
 		}),
+		oversized: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pilotwire_pusher_oversized_orders_total", Help: "Push orders past the max payload, sent as full pushes without their config keys.",
+		}),
 	}
-	reg.MustRegister(m.registryErrors, m.consumeErrors, m.sendErrors, m.leader, m.batchSize, m.queueTime, m.orders, m.queueLen, m.inFlight, m.doneTimeouts, m.skipped, m.dones,
+	reg.MustRegister(m.oversized, m.registryErrors, m.consumeErrors, m.sendErrors, m.leader, m.batchSize, m.queueTime, m.orders, m.queueLen, m.inFlight, m.doneTimeouts, m.skipped, m.dones,
 		m.connections, m.frontends, m.badMessages, m.pushRequests, m.latestSeq)
 	return m
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -159,7 +160,7 @@ func runPusher(t testing.TB, url string, cfg Config) *harness {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- Run(ctx, cfg, svc.Deps{NC: nc, JS: js, Log: slog.New(slog.DiscardHandler), Reg: h.reg, Health: &svc.Health{}})
+		done <- Run(ctx, cfg, svc.Deps{NC: nc, JS: js, Log: testLogger(), Reg: h.reg, Health: &svc.Health{}})
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -343,4 +344,12 @@ func TestStandbyTakesOver(t *testing.T) {
 	// b first catches up what the registry says c is behind on (the fake
 	// frontend never reports a synced sequence there), then pushes 5.
 	testutil.Eventually(t, "pushed by b", func() bool { o := fe.ordersFor("c"); return len(o) > 1 && o[len(o)-1] == 5 })
+}
+
+// testLogger discards logs unless PILOTWIRE_TEST_LOGS is set.
+func testLogger() *slog.Logger {
+	if os.Getenv("PILOTWIRE_TEST_LOGS") == "" {
+		return slog.New(slog.DiscardHandler)
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, nil))
 }

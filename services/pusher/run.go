@@ -31,6 +31,9 @@ type Pusher struct {
 	m      *metrics
 	queues *frontendQueues // set before any goroutine starts
 	now    func() time.Time
+	// maxBytes bounds an encoded PushOrderBatch: the server's max payload,
+	// or Config.MaxBatchBytes if lower.
+	maxBytes int
 
 	// Lock order. Take locks left to right, never the reverse:
 	//
@@ -104,6 +107,7 @@ func runActive(ctx context.Context, cfg Config, names bus.Names, pushes jetstrea
 		log:       d.Log.With("pusher", cfg.ID),
 		m:         m,
 		now:       time.Now,
+		maxBytes:  maxBatchBytes(cfg, d.NC),
 		frontends: make(map[string]time.Time),
 		conns:     make(map[string]*connState),
 		inflight:  make(map[uint64]*inflight),
@@ -210,7 +214,6 @@ func (p *Pusher) handlePushRequest(msg jetstream.Msg) {
 		_ = msg.Term()
 		return
 	}
-	p.m.pushRequests.Inc()
 	now := p.now()
 	req := newRequest(pr, now)
 	p.mu.Lock()
@@ -230,6 +233,7 @@ func (p *Pusher) handlePushRequest(msg jetstream.Msg) {
 		}
 	}
 	p.mu.Unlock()
+	p.m.pushRequests.Inc() // after queueing: tests wait for it
 	p.updateQueueMetrics()
 	if err := msg.Ack(); err != nil {
 		p.log.Warn("ack push request", "err", err)
@@ -270,9 +274,10 @@ func (p *Pusher) catchUpLocked(conn string, c *connState) {
 
 // dispatch takes connections off the queue (the queue enforces the
 // throttle) and sends each its push order. Whatever else is ready at that
-// moment (up to MaxBatch) goes along, one PushOrderBatch per frontend.
+// moment (up to MaxBatch) goes along, in PushOrderBatches per frontend no
+// larger than the max payload.
 func (p *Pusher) dispatch(ctx context.Context, q *pushqueue.Queue[*request]) {
-	batches := make(map[string]*pb.PushOrderBatch)
+	batches := make(map[string]*batcher)
 	for {
 		conn, req, err := q.Dequeue(ctx)
 		if err != nil {
@@ -286,26 +291,33 @@ func (p *Pusher) dispatch(ctx context.Context, q *pushqueue.Queue[*request]) {
 			}
 			p.addOrder(q, batches, conn, req)
 		}
-		for subject, batch := range batches {
-			b, err := proto.Marshal(batch)
-			if err == nil {
-				err = p.nc.PublishMsg(&nats.Msg{Subject: subject, Reply: p.names.DoneSubject(p.cfg.ID), Data: b})
+		for subject, b := range batches {
+			if batch := b.take(); batch != nil {
+				p.send(subject, batch)
 			}
-			if err != nil {
-				// The done timeout re-queues them.
-				p.m.sendErrors.Inc()
-				p.log.Warn("send push orders", "subject", subject, "orders", len(batch.Orders), "err", err)
-			}
-			p.m.batchSize.Observe(float64(len(batch.Orders)))
-			delete(batches, subject)
 		}
 		p.updateQueueMetrics()
 	}
 }
 
+// send publishes one batch of orders to a frontend.
+func (p *Pusher) send(subject string, batch *pb.PushOrderBatch) {
+	b, err := proto.Marshal(batch)
+	if err == nil {
+		err = p.nc.PublishMsg(&nats.Msg{Subject: subject, Reply: p.names.DoneSubject(p.cfg.ID), Data: b})
+	}
+	p.m.batchSize.Observe(float64(len(batch.Orders)))
+	if err != nil {
+		// The done timeout re-queues them.
+		p.m.sendErrors.Inc()
+		p.log.Warn("send push orders", "subject", subject, "orders", len(batch.Orders), "bytes", len(b), "err", err)
+	}
+}
+
 // addOrder records one dequeued connection as in flight and adds its order
-// to its frontend's batch.
-func (p *Pusher) addOrder(q *pushqueue.Queue[*request], batches map[string]*pb.PushOrderBatch, conn string, req *request) {
+// to its frontend's batch, sending the batch first if the order would take
+// it past the max payload.
+func (p *Pusher) addOrder(q *pushqueue.Queue[*request], batches map[string]*batcher, conn string, req *request) {
 	now := p.now()
 	p.m.queueTime.Observe(now.Sub(req.enqueued).Seconds())
 	p.mu.Lock()
@@ -320,13 +332,22 @@ func (p *Pusher) addOrder(q *pushqueue.Queue[*request], batches map[string]*pb.P
 	p.inflight[id] = &inflight{conn: conn, frontend: c.info.GetFrontend(), req: req, deadline: now.Add(p.cfg.PushTimeout), retried: c.retried}
 	subject := p.names.OrdersSubject(c.info.GetFrontend())
 	p.mu.Unlock()
-	batch, ok := batches[subject]
+	b, ok := batches[subject]
 	if !ok {
-		batch = &pb.PushOrderBatch{Pusher: p.cfg.ID}
-		batches[subject] = batch
+		b = newBatcher(&pb.PushOrderBatch{Pusher: p.cfg.ID}, p.maxBytes)
+		batches[subject] = b
 	}
-	batch.Orders = append(batch.Orders, req.order(conn, id))
-	p.m.orders.WithLabelValues(req.pushType()).Inc()
+	o := req.order(conn, id)
+	keys := len(o.ConfigKeys)
+	ready, shrunk := b.add(o)
+	if shrunk {
+		p.m.oversized.Inc()
+		p.log.Warn("push order past the max payload: sent as a full push without its keys", "conn", conn, "keys", keys, "max_bytes", p.maxBytes)
+	}
+	if ready != nil {
+		p.send(subject, ready)
+	}
+	p.m.orders.WithLabelValues(pushTypeOf(o)).Inc()
 }
 
 // handleDone takes a frontend's PushDone report.
@@ -377,4 +398,13 @@ func (p *Pusher) forgetConnLocked(conn string) {
 	}
 	delete(p.conns, conn)
 	p.m.connections.Set(float64(len(p.conns)))
+}
+
+// maxBatchBytes is the size bound of one PushOrderBatch.
+func maxBatchBytes(cfg Config, nc *nats.Conn) int {
+	n := int(nc.MaxPayload())
+	if cfg.MaxBatchBytes > 0 && (n <= 0 || cfg.MaxBatchBytes < n) {
+		n = cfg.MaxBatchBytes
+	}
+	return n
 }

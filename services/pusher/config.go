@@ -27,7 +27,8 @@ type Config struct {
 	// (--id, env PILOTWIRE_INSTANCE_ID; default pusher-<hostname>-<random>).
 	ID string
 	// PushTimeout is how long a dispatched order may wait for its PushDone
-	// before it is re-queued once (--push-timeout, env
+	// before it counts as lost: its throttle slot is freed and the
+	// connection resynced after a backoff (--push-timeout, env
 	// PILOTWIRE_PUSH_TIMEOUT, default 30s).
 	PushTimeout time.Duration
 	// FrontendTimeout: a frontend without a heartbeat for this long is
@@ -45,6 +46,19 @@ type Config struct {
 	// server's max payload, which always caps it (no flag; default 0: the
 	// max payload alone).
 	MaxBatchBytes int
+	// ResyncInterval is the first wait before a connection whose push was
+	// lost (done timed out, send or frontend failed) is resynced; each
+	// further resync of a connection still behind waits twice as long, up
+	// to ResyncMax (--resync-interval, env PILOTWIRE_PUSHER_RESYNC_INTERVAL,
+	// default 1s).
+	ResyncInterval time.Duration
+	// ResyncMax caps the resync backoff (no flag; default 1m).
+	ResyncMax time.Duration
+	// BehindGrace: a connection behind the latest request with no push in
+	// flight and none lost is resynced after this long (no flag; default
+	// 15s, longer than PILOT_DEBOUNCE_MAX, so that a request overtaken by
+	// an endpoint-only one has arrived).
+	BehindGrace time.Duration
 	// DrainTimeout bounds the dispatch of queued work on shutdown (no flag;
 	// default 5s).
 	DrainTimeout time.Duration
@@ -61,6 +75,9 @@ func DefaultConfig() Config {
 		FrontendTimeout: 6 * time.Second,
 		LeaseTTL:        lease.DefaultTTL,
 		MaxBatch:        256,
+		ResyncInterval:  time.Second,
+		ResyncMax:       time.Minute,
+		BehindGrace:     15 * time.Second,
 		DrainTimeout:    5 * time.Second,
 	}
 }
@@ -72,8 +89,9 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	c.Common.AddFlags(fs, d.Common)
 	fs.IntVar(&c.Throttle, "push-throttle", svc.EnvInt("PILOT_PUSH_THROTTLE", d.Throttle), "most connections pushed at once (env PILOT_PUSH_THROTTLE)")
 	fs.StringVar(&c.Shard, "shard", svc.EnvString("PILOTWIRE_PUSHER_SHARD", d.Shard), "pusher shard: names the durable consumer (env PILOTWIRE_PUSHER_SHARD)")
-	fs.DurationVar(&c.PushTimeout, "push-timeout", svc.EnvDuration("PILOTWIRE_PUSH_TIMEOUT", d.PushTimeout), "a push order without a done report after this long is re-queued once (env PILOTWIRE_PUSH_TIMEOUT)")
+	fs.DurationVar(&c.PushTimeout, "push-timeout", svc.EnvDuration("PILOTWIRE_PUSH_TIMEOUT", d.PushTimeout), "a push order without a done report after this long is lost: its slot is freed and the connection resynced (env PILOTWIRE_PUSH_TIMEOUT)")
 	fs.DurationVar(&c.FrontendTimeout, "frontend-timeout", svc.EnvDuration("PILOTWIRE_FRONTEND_TIMEOUT", d.FrontendTimeout), "a frontend without a heartbeat for this long is forgotten with its connections (env PILOTWIRE_FRONTEND_TIMEOUT)")
+	fs.DurationVar(&c.ResyncInterval, "resync-interval", svc.EnvDuration("PILOTWIRE_PUSHER_RESYNC_INTERVAL", d.ResyncInterval), "first wait before a connection whose push was lost is resynced; doubles up to 1m while it stays behind (env PILOTWIRE_PUSHER_RESYNC_INTERVAL)")
 	fs.StringVar(&c.ID, "id", svc.EnvString("PILOTWIRE_INSTANCE_ID", d.ID), "unique id of this instance in the lease (env PILOTWIRE_INSTANCE_ID; default pusher-<hostname>-<random>)")
 	fs.DurationVar(&c.LeaseTTL, "lease-ttl", svc.EnvDuration("PILOTWIRE_LEASE_TTL", d.LeaseTTL), "a standby takes over when the active instance has not renewed its lease for this long (env PILOTWIRE_LEASE_TTL)")
 }
@@ -99,6 +117,16 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxBatch <= 0 {
 		c.MaxBatch = d.MaxBatch
+	}
+	if c.ResyncInterval <= 0 {
+		c.ResyncInterval = d.ResyncInterval
+	}
+	if c.ResyncMax <= 0 {
+		c.ResyncMax = d.ResyncMax
+	}
+	c.ResyncMax = max(c.ResyncMax, c.ResyncInterval)
+	if c.BehindGrace <= 0 {
+		c.BehindGrace = d.BehindGrace
 	}
 	if c.DrainTimeout <= 0 {
 		c.DrainTimeout = d.DrainTimeout

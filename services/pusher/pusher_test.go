@@ -261,9 +261,9 @@ func TestLevelTriggeredCatchUp(t *testing.T) {
 	}
 }
 
-// TestDoneTimeoutRequeuesOnce: a frontend that never reports done gets the
-// order again once, and the timeouts are counted.
-func TestDoneTimeoutRequeuesOnce(t *testing.T) {
+// TestDoneTimeoutRequeues: a frontend that never reports done gets the
+// order again after a backoff, and the timeouts are counted.
+func TestDoneTimeoutRequeues(t *testing.T) {
 	h := startPusher(t, Config{PushTimeout: 200 * time.Millisecond})
 	fe := newFrontend(t, h.url, "fe-1")
 	fe.setSilent(true)
@@ -272,7 +272,7 @@ func TestDoneTimeoutRequeuesOnce(t *testing.T) {
 	h.push(t, &pb.PushRequest{Full: true, ThroughSeq: 4})
 	testutil.Eventually(t, "two timeouts", func() bool { return h.metric("pilotwire_pusher_done_timeouts_total") == 2 })
 	if got := fe.ordersFor("c"); !equal(got, []uint64{4, 4}) {
-		t.Fatalf("orders = %v, want the original and one retry", got)
+		t.Fatalf("orders = %v, want the original and one retry (the next waits 2s)", got)
 	}
 }
 

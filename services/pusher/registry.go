@@ -60,8 +60,14 @@ func (p *Pusher) applyEntry(e jetstream.KeyValueEntry) {
 	}
 	deleted := e.Operation() != jetstream.KeyValuePut
 	now := p.now()
+	var done *inflight // an order the entry shows completed
 	p.mu.Lock()
-	defer p.mu.Unlock()
+	defer func() {
+		p.mu.Unlock()
+		if done != nil {
+			p.markDone(done.frontend, done.conn)
+		}
+	}()
 	switch kind {
 	case bus.FrontendKeyKind:
 		if deleted {
@@ -97,7 +103,14 @@ func (p *Pusher) applyEntry(e jetstream.KeyValueEntry) {
 			p.m.connections.Set(float64(len(p.conns)))
 		}
 		c.info = info
-		c.advance(info.GetSyncedSeq())
+		p.syncedLocked(c, info.GetSyncedSeq())
+		if f := p.inflight[c.pushID]; f != nil && c.synced >= f.req.through {
+			// The frontend pushed it (its entry says so) and the done
+			// has not come: free the throttle slot now (issue 12 row 9).
+			p.endLocked(c.pushID, f)
+			p.m.registryDones.Inc()
+			done = f
+		}
 		p.catchUpLocked(conn, c)
 	}
 }

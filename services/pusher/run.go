@@ -307,10 +307,29 @@ func (p *Pusher) send(subject string, batch *pb.PushOrderBatch) {
 		err = p.nc.PublishMsg(&nats.Msg{Subject: subject, Reply: p.names.DoneSubject(p.cfg.ID), Data: b})
 	}
 	p.m.batchSize.Observe(float64(len(batch.Orders)))
-	if err != nil {
-		// The done timeout re-queues them.
-		p.m.sendErrors.Inc()
-		p.log.Warn("send push orders", "subject", subject, "orders", len(batch.Orders), "bytes", len(b), "err", err)
+	if err == nil {
+		return
+	}
+	// Lost: free their slots; each connection is resynced after its
+	// backoff, logged and counted.
+	p.m.sendErrors.Inc()
+	p.log.Warn("send push orders", "subject", subject, "orders", len(batch.Orders), "bytes", len(b), "err", err)
+	var lost []*inflight
+	p.mu.Lock()
+	for _, o := range batch.Orders {
+		f, ok := p.inflight[o.GetPushId()]
+		if !ok {
+			continue
+		}
+		p.endLocked(o.GetPushId(), f)
+		lost = append(lost, f)
+		if c := p.conns[f.conn]; c != nil {
+			p.lostLocked(f.conn, c, "send")
+		}
+	}
+	p.mu.Unlock()
+	for _, f := range lost {
+		p.markDone(f.frontend, f.conn)
 	}
 }
 
@@ -329,7 +348,8 @@ func (p *Pusher) addOrder(q *pushqueue.Queue[*request], batches map[string]*batc
 	}
 	p.lastPushID++
 	id := p.lastPushID
-	p.inflight[id] = &inflight{conn: conn, frontend: c.info.GetFrontend(), req: req, deadline: now.Add(p.cfg.PushTimeout), retried: c.retried}
+	p.inflight[id] = &inflight{conn: conn, frontend: c.info.GetFrontend(), req: req, deadline: now.Add(p.cfg.PushTimeout)}
+	c.pushID = id
 	subject := p.names.OrdersSubject(c.info.GetFrontend())
 	p.mu.Unlock()
 	b, ok := batches[subject]
@@ -362,32 +382,65 @@ func (p *Pusher) handleDone(m *nats.Msg) {
 	p.mu.Lock()
 	f, ok := p.inflight[d.GetPushId()]
 	if !ok || f.conn != d.GetConnId() {
-		p.mu.Unlock()
-		return // already timed out (and counted then)
-	}
-	delete(p.inflight, d.GetPushId())
-	c := p.conns[f.conn]
-	switch d.GetResult() {
-	case pb.PushDone_SENT, pb.PushDone_UNCHANGED:
-		if c != nil {
-			c.retried = false
-			c.advance(d.GetSyncedSeq())
+		// Already given up on (timed out, or done by the registry's word):
+		// what it says of the connection is still true.
+		if c := p.conns[d.GetConnId()]; c != nil && succeeded(d.GetResult()) {
+			p.syncedLocked(c, d.GetSyncedSeq())
 		}
-	case pb.PushDone_CONN_GONE:
+		p.mu.Unlock()
+		return
+	}
+	p.endLocked(d.GetPushId(), f)
+	c := p.conns[f.conn]
+	switch {
+	case succeeded(d.GetResult()):
+		if c != nil {
+			p.syncedLocked(c, d.GetSyncedSeq())
+		}
+	case d.GetResult() == pb.PushDone_CONN_GONE:
 		p.forgetConnLocked(f.conn)
 	default:
 		p.log.Warn("push failed on frontend", "conn", f.conn, "frontend", d.GetFrontend(), "err", d.GetError())
 		if c != nil {
-			c.queued = 0
-			if !f.retried {
-				// Queued while processing: MarkDone below puts it back.
-				c.retried = true
-				p.catchUpLocked(f.conn, c)
-			}
+			p.lostLocked(f.conn, c, "failed")
 		}
 	}
 	p.mu.Unlock()
 	p.markDone(f.frontend, f.conn)
+}
+
+func succeeded(r pb.PushDone_Result) bool {
+	return r == pb.PushDone_SENT || r == pb.PushDone_UNCHANGED
+}
+
+// endLocked forgets an order in flight.
+func (p *Pusher) endLocked(id uint64, f *inflight) {
+	delete(p.inflight, id)
+	if c := p.conns[f.conn]; c != nil && c.pushID == id {
+		c.pushID = 0
+	}
+}
+
+// syncedLocked records that a connection reflects every sequence up to seq;
+// once it has caught up with the latest request its resync backoff resets.
+func (p *Pusher) syncedLocked(c *connState, seq uint64) {
+	c.advance(seq)
+	if c.synced >= p.latest {
+		c.resyncAt, c.backoff = time.Time{}, 0
+	}
+}
+
+// lostLocked handles a push that did not happen or whose outcome is unknown
+// (a lost done, a failed send, a failure on the frontend): the connection
+// is resynced after its backoff, which doubles up to ResyncMax each time,
+// for as long as it stays behind (issue 12 row 9).
+func (p *Pusher) lostLocked(conn string, c *connState, why string) {
+	c.queued = 0
+	wait := max(c.backoff, p.cfg.ResyncInterval)
+	c.resyncAt = p.now().Add(wait)
+	c.backoff = min(2*wait, p.cfg.ResyncMax)
+	p.m.lost.WithLabelValues(why).Inc()
+	p.log.Warn("push lost, resyncing after a backoff", "conn", conn, "reason", why, "backoff", wait)
 }
 
 func (p *Pusher) forgetConnLocked(conn string) {

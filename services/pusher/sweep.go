@@ -23,6 +23,7 @@ func (p *Pusher) sweep(ctx context.Context) {
 		p.expireFrontends(ctx)
 		p.expireOrders()
 		p.checkLatest(ctx)
+		p.resync()
 	}
 }
 
@@ -64,26 +65,60 @@ func (p *Pusher) expireOrders() {
 		if !now.After(f.deadline) {
 			continue
 		}
-		delete(p.inflight, id)
+		p.endLocked(id, f)
 		timedOut = append(timedOut, f)
 		p.m.doneTimeouts.Inc()
-		c := p.conns[f.conn]
-		switch {
-		case c == nil:
-		case !f.retried:
-			// Queued while processing: MarkDone below puts it back.
-			p.log.Warn("push done timed out, re-queueing once", "conn", f.conn, "through_seq", f.req.through)
-			c.retried = true
-			p.enqueueLocked(f.conn, f.req)
-		default:
-			p.log.Warn("push done timed out again; waiting for the next change or registry update", "conn", f.conn)
-			c.retried = false
-			c.queued = 0
+		if c := p.conns[f.conn]; c != nil {
+			p.lostLocked(f.conn, c, "timeout")
 		}
 	}
 	p.mu.Unlock()
+	// Free their throttle slots.
 	for _, f := range timedOut {
 		p.markDone(f.frontend, f.conn)
+	}
+}
+
+// resync queues a catch-up for every connection behind the latest request
+// with no order in flight whose resync is due. A connection found behind
+// with none scheduled (say, its request was scoped out and an older one it
+// needs has not arrived) gets one after BehindGrace, longer than a debounce
+// window, so an overtaken request is waited for. Level-triggered and
+// forever: nothing stays behind for good (issue 12 row 9).
+func (p *Pusher) resync() {
+	now := p.now()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.synced {
+		return
+	}
+	behind, due := 0, 0
+	for id, c := range p.conns {
+		if c.synced >= p.latest {
+			c.resyncAt, c.backoff = time.Time{}, 0
+			continue
+		}
+		behind++
+		if c.pushID != 0 {
+			continue // its done (or timeout) decides
+		}
+		if c.resyncAt.IsZero() {
+			wait := max(p.cfg.BehindGrace, c.backoff)
+			c.resyncAt = now.Add(wait)
+			c.backoff = min(2*wait, p.cfg.ResyncMax)
+			continue
+		}
+		if now.Before(c.resyncAt) {
+			continue
+		}
+		due++
+		c.resyncAt = time.Time{}
+		p.enqueueLocked(id, catchUp(p.latest, now))
+	}
+	p.m.behind.Set(float64(behind))
+	if due > 0 {
+		p.m.resyncs.Add(float64(due))
+		p.log.Info("resyncing connections behind the latest request", "connections", due, "behind", behind, "latest_seq", p.latest)
 	}
 }
 

@@ -133,3 +133,8 @@ func (c Config) withDefaults() Config {
 	}
 	return c
 }
+
+// pushesAckWait is the PUSHES consumer's ack wait: how long a request
+// delivered to a pusher that died stays stuck, and how long the periodic
+// check waits for the consumer before it catches up on its own.
+const pushesAckWait = 5 * time.Second

@@ -25,6 +25,7 @@ type metrics struct {
 	resyncs        prometheus.Counter
 	behind         prometheus.Gauge
 	registryDones  prometheus.Counter
+	stalls         prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -99,8 +100,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		registryDones: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "pilotwire_pusher_registry_dones_total", Help: "Push orders ended by the connection's registry entry (synced past the order) because their done did not come.",
 		}),
+		stalls: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pilotwire_pusher_consumer_stalls_total", Help: "Times the newest PushRequest was not delivered within the consumer's ack wait and every connection behind it was caught up.",
+		}),
 	}
-	reg.MustRegister(m.lost, m.resyncs, m.behind, m.registryDones, m.oversized, m.registryErrors, m.consumeErrors, m.sendErrors, m.leader, m.batchSize, m.queueTime, m.orders, m.queueLen, m.inFlight, m.doneTimeouts, m.skipped, m.dones,
+	reg.MustRegister(m.stalls, m.lost, m.resyncs, m.behind, m.registryDones, m.oversized, m.registryErrors, m.consumeErrors, m.sendErrors, m.leader, m.batchSize, m.queueTime, m.orders, m.queueLen, m.inFlight, m.doneTimeouts, m.skipped, m.dones,
 		m.connections, m.frontends, m.badMessages, m.pushRequests, m.latestSeq)
 	return m
 }

@@ -61,6 +61,9 @@ type Pusher struct {
 	synced     bool   // registry's initial values are loaded
 	inflight   map[uint64]*inflight
 	lastPushID uint64
+	// aheadSince: when the periodic check first saw a request newer than
+	// any delivered (zero: none)
+	aheadSince time.Time
 }
 
 // Run runs the pusher until ctx ends.
@@ -124,7 +127,7 @@ func runActive(ctx context.Context, cfg Config, names bus.Names, pushes jetstrea
 		// wait bounds how long one delivered to a pusher that died stays
 		// stuck (the once-a-second check of the latest request also covers
 		// it).
-		AckWait:    5 * time.Second,
+		AckWait:    pushesAckWait,
 		MaxDeliver: -1,
 	})
 	if err != nil {

@@ -122,10 +122,13 @@ func (p *Pusher) resync() {
 	}
 }
 
-// checkLatest reads the newest PushRequest and, if it is newer than any the
-// consumer delivered (one delivered to a pusher that died is stuck until its
-// ack wait), queues every connection behind it. Level-triggered: a lost
-// delivery costs at most a second.
+// checkLatest reads the newest PushRequest and, if the consumer has not
+// delivered it for longer than its ack wait (one delivered to a pusher that
+// died is stuck until then), queues every connection behind it. Before
+// that, the consumer is assumed to be on its way: catching up at once would
+// turn every scoped request the check happens to beat into a full push for
+// every connection (issue 12 row 13). Level-triggered: a lost delivery
+// costs at most the ack wait and a second.
 func (p *Pusher) checkLatest(ctx context.Context) {
 	last, err := bus.LastMsg(ctx, p.pushes, p.names.PushesSubject())
 	if err != nil || last == nil {
@@ -135,12 +138,23 @@ func (p *Pusher) checkLatest(ctx context.Context) {
 	if proto.Unmarshal(last.Data, pr) != nil {
 		return
 	}
+	now := p.now()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if pr.GetThroughSeq() <= p.latest {
+		p.aheadSince = time.Time{}
 		return
 	}
-	p.log.Info("newer push request found by the periodic check", "through_seq", pr.GetThroughSeq(), "latest", p.latest)
+	if p.aheadSince.IsZero() {
+		p.aheadSince = now
+		return
+	}
+	if now.Sub(p.aheadSince) < pushesAckWait {
+		return
+	}
+	p.aheadSince = time.Time{}
+	p.log.Warn("consumer stalled past its ack wait: catching up with the newest push request", "through_seq", pr.GetThroughSeq(), "latest", p.latest)
+	p.m.stalls.Inc()
 	p.latest = pr.GetThroughSeq()
 	p.m.latestSeq.Set(float64(p.latest))
 	for id, c := range p.conns {

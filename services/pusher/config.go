@@ -3,6 +3,8 @@ package pusher
 import (
 	"time"
 
+	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
+
 	"github.com/spf13/pflag"
 
 	"github.com/pilotwire/pilotwire/pkg/lease"
@@ -62,6 +64,10 @@ type Config struct {
 	// DrainTimeout bounds the dispatch of queued work on shutdown (no flag;
 	// default 5s).
 	DrainTimeout time.Duration
+
+	// beforeSend, in tests, runs just before a batch is published: after
+	// every check, where a paused process would sit.
+	beforeSend func(*pb.PushOrderBatch)
 }
 
 // DefaultConfig is the configuration every flag defaults to; Run also takes

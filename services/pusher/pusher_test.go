@@ -40,6 +40,8 @@ type fakeFrontend struct {
 	sub *nats.Subscription
 
 	mu      sync.Mutex
+	fence   pb.OrderFence
+	dropped int // batches the fence dropped
 	orders  []*pb.PushOrder
 	silent  bool
 	want    int // when len(orders) reaches want, signal reached
@@ -99,6 +101,13 @@ func (f *fakeFrontend) handle(m *nats.Msg) {
 		return
 	}
 	f.mu.Lock()
+	if !f.fence.Admit(batch) {
+		// The frontend's fencing rule: a batch from an older lease holder
+		// of the shard than one already seen is dropped.
+		f.dropped++
+		f.mu.Unlock()
+		return
+	}
 	f.orders = append(f.orders, batch.GetOrders()...)
 	if f.reached != nil && len(f.orders) >= f.want {
 		close(f.reached)
@@ -151,8 +160,19 @@ func startPusher(t testing.TB, cfg Config) *harness {
 // runPusher runs one pusher instance on the NATS server at url.
 func runPusher(t testing.TB, url string, cfg Config) *harness {
 	t.Helper()
+	return runPusherJS(t, url, cfg, nil)
+}
+
+// runPusherJS runs one pusher instance whose JetStream context is wrap's
+// (nil: the plain one).
+func runPusherJS(t testing.TB, url string, cfg Config, wrap func(jetstream.JetStream) jetstream.JetStream) *harness {
+	t.Helper()
 	nc, js := natstest.Connect(t, url)
 	h := &harness{url: url, nc: nc, js: js, reg: prometheus.NewRegistry()}
+	pjs := js
+	if wrap != nil {
+		pjs = wrap(js)
+	}
 	cfg.Common = svc.Common{NATSURL: url, Prefix: "pw"}
 	if cfg.ID == "" {
 		cfg.ID = "p1"
@@ -160,7 +180,7 @@ func runPusher(t testing.TB, url string, cfg Config) *harness {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- Run(ctx, cfg, svc.Deps{NC: nc, JS: js, Log: testLogger(), Reg: h.reg, Health: &svc.Health{}})
+		done <- Run(ctx, cfg, svc.Deps{NC: nc, JS: pjs, Log: testLogger(), Reg: h.reg, Health: &svc.Health{}})
 	}()
 	t.Cleanup(func() {
 		cancel()

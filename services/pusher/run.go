@@ -34,6 +34,10 @@ type Pusher struct {
 	// maxBytes bounds an encoded PushOrderBatch: the server's max payload,
 	// or Config.MaxBatchBytes if lower.
 	maxBytes int
+	// leaseRev is the fencing token every batch carries: the revision at
+	// which this instance acquired its shard's lease. Frontends drop
+	// batches older than the newest they have seen from the shard.
+	leaseRev uint64
 
 	// Lock order. Take locks left to right, never the reverse:
 	//
@@ -111,6 +115,7 @@ func runActive(ctx context.Context, cfg Config, names bus.Names, pushes jetstrea
 		m:         m,
 		now:       time.Now,
 		maxBytes:  maxBatchBytes(cfg, d.NC),
+		leaseRev:  lease.Revision(ctx),
 		frontends: make(map[string]time.Time),
 		conns:     make(map[string]*connState),
 		inflight:  make(map[uint64]*inflight),
@@ -146,7 +151,7 @@ func runActive(ctx context.Context, cfg Config, names bus.Names, pushes jetstrea
 		}
 	}
 
-	p.log.Info("pusher active", "latest_seq", p.latest)
+	p.log.Info("pusher active", "latest_seq", p.latest, "lease_revision", p.leaseRev)
 	doneSub, err := d.NC.Subscribe(names.DoneSubject(cfg.ID), p.handleDone)
 	if err != nil {
 		return fmt.Errorf("subscribe done: %w", err)
@@ -306,6 +311,9 @@ func (p *Pusher) dispatch(ctx context.Context, q *pushqueue.Queue[*request]) {
 // send publishes one batch of orders to a frontend.
 func (p *Pusher) send(subject string, batch *pb.PushOrderBatch) {
 	b, err := proto.Marshal(batch)
+	if p.cfg.beforeSend != nil {
+		p.cfg.beforeSend(batch)
+	}
 	if err == nil {
 		err = p.nc.PublishMsg(&nats.Msg{Subject: subject, Reply: p.names.DoneSubject(p.cfg.ID), Data: b})
 	}
@@ -357,7 +365,7 @@ func (p *Pusher) addOrder(q *pushqueue.Queue[*request], batches map[string]*batc
 	p.mu.Unlock()
 	b, ok := batches[subject]
 	if !ok {
-		b = newBatcher(&pb.PushOrderBatch{Pusher: p.cfg.ID}, p.maxBytes)
+		b = newBatcher(&pb.PushOrderBatch{Pusher: p.cfg.ID, Shard: p.cfg.Shard, LeaseRevision: p.leaseRev}, p.maxBytes)
 		batches[subject] = b
 	}
 	o := req.order(conn, id)

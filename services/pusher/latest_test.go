@@ -15,7 +15,7 @@ import (
 // The consumer is paused for less than its ack wait: the request then comes
 // through the consumer and is scoped.
 func TestPeriodicCheckWaitsForTheConsumer(t *testing.T) {
-	h := startPusher(t, Config{})
+	h := startPusher(t, Config{FrontendTimeout: time.Minute})
 	fe := newFrontend(t, h.url, "fe-1")
 	fe.register("c-b", 0, "outbound|80||b.ns.svc.cluster.local")
 	testutil.Eventually(t, "connection known", func() bool { return h.metric("pilotwire_pusher_connections") == 1 })

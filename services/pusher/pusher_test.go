@@ -144,7 +144,8 @@ func (f *fakeFrontend) ordersFor(conn string) []uint64 {
 }
 
 type harness struct {
-	nc  *nats.Conn
+	stop func() // stops the pusher and waits for Run to return
+	nc   *nats.Conn
 	url string
 	js  jetstream.JetStream
 	reg *prometheus.Registry
@@ -182,12 +183,16 @@ func runPusherJS(t testing.TB, url string, cfg Config, wrap func(jetstream.JetSt
 	go func() {
 		done <- Run(ctx, cfg, svc.Deps{NC: nc, JS: pjs, Log: testLogger(), Reg: h.reg, Health: &svc.Health{}})
 	}()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run() = %v", err)
-		}
-	})
+	var once sync.Once
+	h.stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("Run() = %v", err)
+			}
+		})
+	}
+	t.Cleanup(h.stop)
 	return h
 }
 
@@ -284,7 +289,7 @@ func TestLevelTriggeredCatchUp(t *testing.T) {
 // TestDoneTimeoutRequeues: a frontend that never reports done gets the
 // order again after a backoff, and the timeouts are counted.
 func TestDoneTimeoutRequeues(t *testing.T) {
-	h := startPusher(t, Config{PushTimeout: 200 * time.Millisecond})
+	h := startPusher(t, Config{PushTimeout: 200 * time.Millisecond, FrontendTimeout: time.Minute})
 	fe := newFrontend(t, h.url, "fe-1")
 	fe.setSilent(true)
 	fe.register("c", 0)

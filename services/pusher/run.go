@@ -97,14 +97,48 @@ func Run(ctx context.Context, cfg Config, d svc.Deps) error {
 	el := &lease.Elector{KV: leases, Key: "pusher-" + bus.EscapeToken(cfg.Shard), Holder: cfg.ID, TTL: cfg.LeaseTTL, Log: d.Log, Leader: m.leader}
 	d.Health.SetReady()
 	d.Log.Info("pusher ready", "id", cfg.ID, "shard", cfg.Shard, "throttle", cfg.Throttle)
-	return el.Run(ctx, func(ctx context.Context) error {
-		return runActive(ctx, cfg, names, pushes, kv, m, d)
+	// The elector's context outlives ctx by the drain: an active pusher
+	// told to stop drains its queue while it still renews its lease, so no
+	// standby becomes active before it has released (issue 12 row 5).
+	elCtx, stopElector := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopElector()
+	var mu sync.Mutex
+	active := false
+	stopIfIdle := context.AfterFunc(ctx, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if !active {
+			stopElector()
+		}
+	})
+	defer stopIfIdle()
+	return el.Run(elCtx, func(leaseCtx context.Context) error {
+		mu.Lock()
+		if ctx.Err() != nil {
+			mu.Unlock()
+			stopElector()
+			return nil
+		}
+		active = true
+		mu.Unlock()
+		defer func() {
+			mu.Lock()
+			active = false
+			if ctx.Err() != nil {
+				stopElector() // drained: release the lease and end
+			}
+			mu.Unlock()
+		}()
+		return runActive(ctx, leaseCtx, cfg, names, pushes, kv, m, d)
 	})
 }
 
 // runActive is the pusher's work while it holds its shard's lease. All
 // state is rebuilt from the registry and the PUSHES stream at each start.
-func runActive(ctx context.Context, cfg Config, names bus.Names, pushes jetstream.Stream, kv jetstream.KeyValue, m *metrics, d svc.Deps) error {
+// It ends when leaseCtx does (the lease is lost: stop at once) or when ctx
+// does (shutdown: drain what is queued, within DrainTimeout, still holding
+// the lease).
+func runActive(ctx, leaseCtx context.Context, cfg Config, names bus.Names, pushes jetstream.Stream, kv jetstream.KeyValue, m *metrics, d svc.Deps) error {
 	p := &Pusher{
 		pushes:    pushes,
 		cfg:       cfg,
@@ -115,12 +149,12 @@ func runActive(ctx context.Context, cfg Config, names bus.Names, pushes jetstrea
 		m:         m,
 		now:       time.Now,
 		maxBytes:  maxBatchBytes(cfg, d.NC),
-		leaseRev:  lease.Revision(ctx),
+		leaseRev:  lease.Revision(leaseCtx),
 		frontends: make(map[string]time.Time),
 		conns:     make(map[string]*connState),
 		inflight:  make(map[uint64]*inflight),
 	}
-	cons, err := pushes.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
+	cons, err := pushes.CreateOrUpdateConsumer(leaseCtx, jetstream.ConsumerConfig{
 		Durable:       names.PusherConsumer(cfg.Shard),
 		Description:   "pusher: PushRequests to per-connection push orders",
 		FilterSubject: names.PushesSubject(),
@@ -140,7 +174,7 @@ func runActive(ctx context.Context, cfg Config, names bus.Names, pushes jetstrea
 	}
 	// Read the latest request after the consumer exists, so none falls in
 	// between.
-	last, err := bus.LastMsg(ctx, pushes, names.PushesSubject())
+	last, err := bus.LastMsg(leaseCtx, pushes, names.PushesSubject())
 	if err != nil {
 		return err
 	}
@@ -192,19 +226,27 @@ func runActive(ctx context.Context, cfg Config, names bus.Names, pushes jetstrea
 		}
 	}()
 
-	<-ctx.Done()
+	select {
+	case <-ctx.Done():
+	case <-leaseCtx.Done():
+	}
 	it.Stop()
 	<-consumeDone
-	// Drain what is queued within the deadline, then stop.
+	// Shutting down: drain what is queued within the deadline, then stop.
+	// Lease lost: stop at once; the new holder rebuilds the queue.
 	drained := p.queues.shutDown()
-	t := time.NewTimer(cfg.DrainTimeout)
-	select {
-	case <-drained:
-	case <-t.C:
-		pending, inFlight := p.queues.totals()
-		p.log.Warn("drain deadline passed", "queued", pending, "in_flight", inFlight)
+	if leaseCtx.Err() == nil {
+		t := time.NewTimer(cfg.DrainTimeout)
+		select {
+		case <-drained:
+		case <-leaseCtx.Done():
+			p.log.Warn("lease lost while draining")
+		case <-t.C:
+			pending, inFlight := p.queues.totals()
+			p.log.Warn("drain deadline passed", "queued", pending, "in_flight", inFlight)
+		}
+		t.Stop()
 	}
-	t.Stop()
 	cancelBG()
 	<-drained
 	wg.Wait()

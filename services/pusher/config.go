@@ -8,7 +8,6 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/pilotwire/pilotwire/pkg/lease"
-	"github.com/pilotwire/pilotwire/pkg/pushqueue"
 	"github.com/pilotwire/pilotwire/pkg/svc"
 )
 
@@ -17,9 +16,10 @@ import (
 type Config struct {
 	svc.Common
 	// Throttle is the most connections processed at once per frontend
-	// (--push-throttle, env PILOT_PUSH_THROTTLE; default min(15+5*GOMAXPROCS,
-	// 100) as Istio, whose throttle is per istiod: the process that
-	// generates).
+	// (--push-throttle, env PILOT_PUSH_THROTTLE; default 0: for each
+	// frontend min(15+5*cores, 100) with the cores its heartbeat reports, as
+	// Istio sizes its throttle from the cores of the istiod that generates;
+	// this pusher's own cores until a frontend has reported).
 	Throttle int
 	// Shard names this pusher's durable consumer; one active pusher per
 	// shard (--shard, env PILOTWIRE_PUSHER_SHARD, default "0"). Sharding by
@@ -75,7 +75,6 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		Common:          svc.DefaultCommon("127.0.0.1:9093"),
-		Throttle:        pushqueue.DefaultThrottle(),
 		Shard:           "0",
 		PushTimeout:     30 * time.Second,
 		FrontendTimeout: 6 * time.Second,
@@ -93,7 +92,7 @@ func DefaultConfig() Config {
 func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	d := DefaultConfig()
 	c.Common.AddFlags(fs, d.Common)
-	fs.IntVar(&c.Throttle, "push-throttle", svc.EnvInt("PILOT_PUSH_THROTTLE", d.Throttle), "most connections pushed at once (env PILOT_PUSH_THROTTLE)")
+	fs.IntVar(&c.Throttle, "push-throttle", svc.EnvInt("PILOT_PUSH_THROTTLE", d.Throttle), "most connections pushed at once per frontend; 0: min(15+5*cores, 100) from each frontend's cores (env PILOT_PUSH_THROTTLE)")
 	fs.StringVar(&c.Shard, "shard", svc.EnvString("PILOTWIRE_PUSHER_SHARD", d.Shard), "pusher shard: names the durable consumer (env PILOTWIRE_PUSHER_SHARD)")
 	fs.DurationVar(&c.PushTimeout, "push-timeout", svc.EnvDuration("PILOTWIRE_PUSH_TIMEOUT", d.PushTimeout), "a push order without a done report after this long is lost: its slot is freed and the connection resynced (env PILOTWIRE_PUSH_TIMEOUT)")
 	fs.DurationVar(&c.FrontendTimeout, "frontend-timeout", svc.EnvDuration("PILOTWIRE_FRONTEND_TIMEOUT", d.FrontendTimeout), "a frontend without a heartbeat for this long is forgotten with its connections (env PILOTWIRE_FRONTEND_TIMEOUT)")
@@ -106,9 +105,7 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 // unique per process, is Run's to make).
 func (c Config) withDefaults() Config {
 	d := DefaultConfig()
-	if c.Throttle <= 0 {
-		c.Throttle = d.Throttle
-	}
+	c.Throttle = max(c.Throttle, 0) // 0: derived per frontend
 	if c.Shard == "" {
 		c.Shard = d.Shard
 	}

@@ -78,8 +78,11 @@ func newFrontend(t testing.TB, url, id string) *fakeFrontend {
 	return f
 }
 
-func (f *fakeFrontend) heartbeat() {
-	b, _ := proto.Marshal(&pb.FrontendInfo{Id: f.id, OrdersSubject: names.OrdersSubject(f.id)})
+func (f *fakeFrontend) heartbeat() { f.heartbeatCores(0) }
+
+// heartbeatCores writes the frontend's heartbeat saying it has cores.
+func (f *fakeFrontend) heartbeatCores(cores int32) {
+	b, _ := proto.Marshal(&pb.FrontendInfo{Id: f.id, OrdersSubject: names.OrdersSubject(f.id), Cores: cores})
 	if _, err := f.kv.Put(context.Background(), bus.FrontendKey(f.id), b); err != nil {
 		f.t.Errorf("heartbeat: %v", err)
 	}
@@ -146,9 +149,9 @@ func (f *fakeFrontend) ordersFor(conn string) []uint64 {
 type harness struct {
 	stop func() // stops the pusher and waits for Run to return
 	nc   *nats.Conn
-	url string
-	js  jetstream.JetStream
-	reg *prometheus.Registry
+	url  string
+	js   jetstream.JetStream
+	reg  *prometheus.Registry
 }
 
 func startPusher(t testing.TB, cfg Config) *harness {

@@ -81,6 +81,7 @@ func (p *Pusher) applyEntry(e jetstream.KeyValueEntry) {
 		}
 		p.frontends[fe] = now
 		p.m.frontends.Set(float64(len(p.frontends)))
+		p.queues.setCores(fe, int(info.GetCores()))
 	case bus.ConnKeyKind:
 		if deleted {
 			p.forgetConnLocked(conn)

@@ -48,13 +48,16 @@ type Pusher struct {
 	//     lookup, drop) and then, with frontendQueues.mu released, call
 	//     them (Queue.mu: Enqueue, Remove, ShutDown).
 	//   - frontendQueues.mu is held while calling every queue in shutDown
-	//     and totals (Queue.mu: ShutDown, Len, InFlight).
+	//     and totals (Queue.mu: ShutDown, Len, InFlight), and the
+	//     frontend's queue in setCores (Queue.mu: SetMaxInFlight; called
+	//     with mu held, from applyEntry).
 	//   - Queue.mu is the innermost lock. The queue calls its MergeFunc,
 	//     (*request).Merge, under it; Merge is pure and takes no lock.
 	//   - Nothing takes mu with a queue lock held: the dispatchers
 	//     (dispatch, addOrder) take mu only between queue calls, and
-	//     handleDone, expireOrders and handlePushRequest release mu before
-	//     markDone and updateQueueMetrics (frontendQueues.mu, Queue.mu).
+	//     handleDone, expireOrders, send, applyEntry and handlePushRequest
+	//     release mu before markDone and updateQueueMetrics
+	//     (frontendQueues.mu, Queue.mu).
 	//   - NATS and KV calls are made with no lock held.
 
 	// guarded by mu

@@ -26,7 +26,7 @@ func TestThrottleFromFrontendCores(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			h := startPusher(t, Config{Throttle: tc.throttle, PushTimeout: time.Minute, FrontendTimeout: time.Minute})
+			h := startPusher(t, Config{Throttle: tc.throttle, PushTimeout: time.Minute, FrontendTimeout: time.Minute, DrainTimeout: 100 * time.Millisecond})
 			fe := newFrontend(t, h.url, "fe-1")
 			fe.heartbeatCores(tc.cores)
 			fe.setSilent(true)

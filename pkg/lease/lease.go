@@ -45,6 +45,18 @@ type Elector struct {
 // was lost.
 var ErrLost = errors.New("lease lost")
 
+type revisionKey struct{}
+
+// Revision is the revision at which the holder running the work acquired
+// the lease: a fencing token. Every later holder acquires at a higher
+// revision (the bucket's revisions only grow), so a reader that drops
+// writes older than the newest token it has seen makes a paused or late
+// ex-holder harmless. It is 0 outside a work context.
+func Revision(ctx context.Context) uint64 {
+	rev, _ := ctx.Value(revisionKey{}).(uint64)
+	return rev
+}
+
 func (e *Elector) defaults() {
 	if e.TTL <= 0 {
 		e.TTL = DefaultTTL
@@ -138,7 +150,7 @@ func (e *Elector) lead(ctx context.Context, rev uint64, sent time.Time, tick *ti
 		e.Leader.Set(1)
 		defer e.Leader.Set(0)
 	}
-	wctx, cancel := context.WithCancelCause(ctx)
+	wctx, cancel := context.WithCancelCause(context.WithValue(ctx, revisionKey{}, rev))
 	defer cancel(nil)
 	var wg sync.WaitGroup
 	workErr := make(chan error, 1)

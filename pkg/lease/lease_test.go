@@ -2,6 +2,7 @@ package lease
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync/atomic"
 	"testing"
@@ -207,5 +208,33 @@ func TestWaitingNamesTheHolder(t *testing.T) {
 		}
 	default:
 		t.Error("Waiting never called")
+	}
+}
+
+// TestRevisionFencesHolders: the work context carries the revision at
+// which its holder acquired the lease, and a later holder's is higher.
+func TestRevisionFencesHolders(t *testing.T) {
+	url := natstest.Start(t)
+	kv := bucket(t, url)
+	revs := make(chan uint64, 2)
+	runOnce := func(holder string) {
+		ctx, cancel := context.WithTimeout(context.Background(), testutil.DefaultTimeout)
+		defer cancel()
+		e := &Elector{KV: kv, Key: "pusher-0", Holder: holder, TTL: 600 * time.Millisecond, Log: slog.New(slog.DiscardHandler)}
+		if err := e.Run(ctx, func(ctx context.Context) error {
+			revs <- Revision(ctx)
+			return errors.New("done")
+		}); err == nil || err.Error() != "done" {
+			t.Errorf("Run() = %v, want the work's error", err)
+		}
+	}
+	runOnce("a")
+	runOnce("b")
+	first, second := <-revs, <-revs
+	if first == 0 || second <= first {
+		t.Errorf("revisions %d then %d, want a nonzero one, then a higher one", first, second)
+	}
+	if got := Revision(context.Background()); got != 0 {
+		t.Errorf("Revision outside work = %d, want 0", got)
 	}
 }

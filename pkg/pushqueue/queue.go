@@ -27,12 +27,12 @@ type MergeFunc[R any] func(into, from R) R
 // Queue is a per-connection push queue. See the package comment.
 type Queue[R any] struct {
 	// set at construction
-	merge       MergeFunc[R]
-	maxInFlight int
-	final       chan struct{} // closed once shut down with no work left to hand out
+	merge MergeFunc[R]
+	final chan struct{} // closed once shut down with no work left to hand out
 
 	mu sync.Mutex
 	// guarded by mu
+	maxInFlight int
 	fifo        fifo                     // pending connections in order; may hold stale entries
 	pending     map[string]pendingReq[R] // connections in the FIFO and their merged request
 	processing  map[string]slot[R]       // dequeued, not yet marked done
@@ -207,6 +207,16 @@ func (q *Queue[R]) Remove(conn string) {
 		}
 		delete(q.processing, conn)
 	}
+	q.signalLocked()
+}
+
+// SetMaxInFlight changes the cap on connections processing at once (0 or
+// less: no limit). Lowering it hands out nothing until enough are done;
+// connections already processing are not affected.
+func (q *Queue[R]) SetMaxInFlight(n int) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.maxInFlight = max(n, 0)
 	q.signalLocked()
 }
 

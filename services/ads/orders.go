@@ -23,6 +23,7 @@ type orderRouter struct {
 	log         *slog.Logger
 	waitTimeout time.Duration
 	batches     chan *nats.Msg // bounded; the NATS handler only enqueues
+	fence       pb.OrderFence  // drops batches from an older lease holder of a pusher shard
 
 	// guarded by mu
 	mu  sync.Mutex
@@ -81,6 +82,14 @@ func (r *orderRouter) dispatch(ctx context.Context, m *nats.Msg) {
 	if err := proto.Unmarshal(m.Data, batch); err != nil {
 		r.s.metrics.ordersDropped.Inc()
 		r.log.Error("undecodable push order batch", "subject", m.Subject, "err", err)
+		return
+	}
+	if !r.fence.Admit(batch) {
+		// From a pusher that lost its shard's lease to one whose orders
+		// came already: applying it would push out of order. No done: the
+		// sender is no longer the active pusher.
+		r.s.metrics.orders.WithLabelValues("FENCED").Add(float64(len(batch.GetOrders())))
+		r.log.Warn("push orders from an older lease holder dropped", "pusher", batch.GetPusher(), "shard", batch.GetShard(), "lease_revision", batch.GetLeaseRevision(), "orders", len(batch.GetOrders()))
 		return
 	}
 	var through uint64

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"runtime"
 	"sync"
 	"time"
 
@@ -112,6 +113,8 @@ func (r *registry) heartbeat(ctx context.Context, rev uint64) uint64 {
 	fe.HeartbeatAt = timestamppb.Now()
 	fe.Connections = int32(r.connCount())
 	fe.AppliedSeq = r.applied()
+	// The pusher sizes this frontend's push throttle from its cores.
+	fe.Cores = int32(runtime.GOMAXPROCS(0))
 	b, err := proto.Marshal(fe)
 	if err != nil {
 		r.log.Error("marshal heartbeat", "err", err)

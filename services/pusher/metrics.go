@@ -20,6 +20,12 @@ type metrics struct {
 	registryErrors prometheus.Counter
 	consumeErrors  prometheus.Counter
 	sendErrors     prometheus.Counter
+	oversized      prometheus.Counter
+	lost           *prometheus.CounterVec
+	resyncs        prometheus.Counter
+	behind         prometheus.Gauge
+	registryDones  prometheus.Counter
+	stalls         prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -79,8 +85,26 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		sendErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "pilotwire_pusher_send_errors_total", Help: "Push order batches that could not be sent (their done timeout re-queues them).",
 		}),
+		oversized: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pilotwire_pusher_oversized_orders_total", Help: "Push orders past the max payload, sent as full pushes without their config keys.",
+		}),
+		lost: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pilotwire_pusher_lost_pushes_total", Help: "Push orders lost, by reason (timeout, send, failed): the connection is resynced after a backoff.",
+		}, []string{"reason"}),
+		resyncs: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pilotwire_pusher_resyncs_total", Help: "Catch-up pushes queued for connections behind the latest PushRequest.",
+		}),
+		behind: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "pilotwire_pusher_connections_behind", Help: "Connections behind the latest PushRequest, as of the last sweep.",
+		}),
+		registryDones: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pilotwire_pusher_registry_dones_total", Help: "Push orders ended by the connection's registry entry (synced past the order) because their done did not come.",
+		}),
+		stalls: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pilotwire_pusher_consumer_stalls_total", Help: "Times the newest PushRequest was not delivered within the consumer's ack wait and every connection behind it was caught up.",
+		}),
 	}
-	reg.MustRegister(m.registryErrors, m.consumeErrors, m.sendErrors, m.leader, m.batchSize, m.queueTime, m.orders, m.queueLen, m.inFlight, m.doneTimeouts, m.skipped, m.dones,
+	reg.MustRegister(m.stalls, m.lost, m.resyncs, m.behind, m.registryDones, m.oversized, m.registryErrors, m.consumeErrors, m.sendErrors, m.leader, m.batchSize, m.queueTime, m.orders, m.queueLen, m.inFlight, m.doneTimeouts, m.skipped, m.dones,
 		m.connections, m.frontends, m.badMessages, m.pushRequests, m.latestSeq)
 	return m
 }

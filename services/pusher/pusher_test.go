@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -39,6 +40,8 @@ type fakeFrontend struct {
 	sub *nats.Subscription
 
 	mu      sync.Mutex
+	fence   pb.OrderFence
+	dropped int // batches the fence dropped
 	orders  []*pb.PushOrder
 	silent  bool
 	want    int // when len(orders) reaches want, signal reached
@@ -75,8 +78,11 @@ func newFrontend(t testing.TB, url, id string) *fakeFrontend {
 	return f
 }
 
-func (f *fakeFrontend) heartbeat() {
-	b, _ := proto.Marshal(&pb.FrontendInfo{Id: f.id, OrdersSubject: names.OrdersSubject(f.id)})
+func (f *fakeFrontend) heartbeat() { f.heartbeatCores(0) }
+
+// heartbeatCores writes the frontend's heartbeat saying it has cores.
+func (f *fakeFrontend) heartbeatCores(cores int32) {
+	b, _ := proto.Marshal(&pb.FrontendInfo{Id: f.id, OrdersSubject: names.OrdersSubject(f.id), Cores: cores})
 	if _, err := f.kv.Put(context.Background(), bus.FrontendKey(f.id), b); err != nil {
 		f.t.Errorf("heartbeat: %v", err)
 	}
@@ -98,6 +104,13 @@ func (f *fakeFrontend) handle(m *nats.Msg) {
 		return
 	}
 	f.mu.Lock()
+	if !f.fence.Admit(batch) {
+		// The frontend's fencing rule: a batch from an older lease holder
+		// of the shard than one already seen is dropped.
+		f.dropped++
+		f.mu.Unlock()
+		return
+	}
 	f.orders = append(f.orders, batch.GetOrders()...)
 	if f.reached != nil && len(f.orders) >= f.want {
 		close(f.reached)
@@ -134,10 +147,11 @@ func (f *fakeFrontend) ordersFor(conn string) []uint64 {
 }
 
 type harness struct {
-	nc  *nats.Conn
-	url string
-	js  jetstream.JetStream
-	reg *prometheus.Registry
+	stop func() // stops the pusher and waits for Run to return
+	nc   *nats.Conn
+	url  string
+	js   jetstream.JetStream
+	reg  *prometheus.Registry
 }
 
 func startPusher(t testing.TB, cfg Config) *harness {
@@ -150,8 +164,19 @@ func startPusher(t testing.TB, cfg Config) *harness {
 // runPusher runs one pusher instance on the NATS server at url.
 func runPusher(t testing.TB, url string, cfg Config) *harness {
 	t.Helper()
+	return runPusherJS(t, url, cfg, nil)
+}
+
+// runPusherJS runs one pusher instance whose JetStream context is wrap's
+// (nil: the plain one).
+func runPusherJS(t testing.TB, url string, cfg Config, wrap func(jetstream.JetStream) jetstream.JetStream) *harness {
+	t.Helper()
 	nc, js := natstest.Connect(t, url)
 	h := &harness{url: url, nc: nc, js: js, reg: prometheus.NewRegistry()}
+	pjs := js
+	if wrap != nil {
+		pjs = wrap(js)
+	}
 	cfg.Common = svc.Common{NATSURL: url, Prefix: "pw"}
 	if cfg.ID == "" {
 		cfg.ID = "p1"
@@ -159,14 +184,18 @@ func runPusher(t testing.TB, url string, cfg Config) *harness {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- Run(ctx, cfg, svc.Deps{NC: nc, JS: js, Log: slog.New(slog.DiscardHandler), Reg: h.reg, Health: &svc.Health{}})
+		done <- Run(ctx, cfg, svc.Deps{NC: nc, JS: pjs, Log: testLogger(), Reg: h.reg, Health: &svc.Health{}})
 	}()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run() = %v", err)
-		}
-	})
+	var once sync.Once
+	h.stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("Run() = %v", err)
+			}
+		})
+	}
+	t.Cleanup(h.stop)
 	return h
 }
 
@@ -284,10 +313,10 @@ func TestLateEntryWithNewWatchesCatchesUp(t *testing.T) {
 	testutil.Eventually(t, "caught up to 12", func() bool { return equal(fe.ordersFor("c"), []uint64{12}) })
 }
 
-// TestDoneTimeoutRequeuesOnce: a frontend that never reports done gets the
-// order again once, and the timeouts are counted.
-func TestDoneTimeoutRequeuesOnce(t *testing.T) {
-	h := startPusher(t, Config{PushTimeout: 200 * time.Millisecond})
+// TestDoneTimeoutRequeues: a frontend that never reports done gets the
+// order again after a backoff, and the timeouts are counted.
+func TestDoneTimeoutRequeues(t *testing.T) {
+	h := startPusher(t, Config{PushTimeout: 200 * time.Millisecond, FrontendTimeout: time.Minute})
 	fe := newFrontend(t, h.url, "fe-1")
 	fe.setSilent(true)
 	fe.register("c", 0)
@@ -295,7 +324,7 @@ func TestDoneTimeoutRequeuesOnce(t *testing.T) {
 	h.push(t, &pb.PushRequest{Full: true, ThroughSeq: 4})
 	testutil.Eventually(t, "two timeouts", func() bool { return h.metric("pilotwire_pusher_done_timeouts_total") == 2 })
 	if got := fe.ordersFor("c"); !equal(got, []uint64{4, 4}) {
-		t.Fatalf("orders = %v, want the original and one retry", got)
+		t.Fatalf("orders = %v, want the original and one retry (the next waits 2s)", got)
 	}
 }
 
@@ -367,4 +396,12 @@ func TestStandbyTakesOver(t *testing.T) {
 	// b first catches up what the registry says c is behind on (the fake
 	// frontend never reports a synced sequence there), then pushes 5.
 	testutil.Eventually(t, "pushed by b", func() bool { o := fe.ordersFor("c"); return len(o) > 1 && o[len(o)-1] == 5 })
+}
+
+// testLogger discards logs unless PILOTWIRE_TEST_LOGS is set.
+func testLogger() *slog.Logger {
+	if os.Getenv("PILOTWIRE_TEST_LOGS") == "" {
+		return slog.New(slog.DiscardHandler)
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, nil))
 }

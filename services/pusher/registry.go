@@ -61,8 +61,14 @@ func (p *Pusher) applyEntry(e jetstream.KeyValueEntry) {
 	}
 	deleted := e.Operation() != jetstream.KeyValuePut
 	now := p.now()
+	var done *inflight // an order the entry shows completed
 	p.mu.Lock()
-	defer p.mu.Unlock()
+	defer func() {
+		p.mu.Unlock()
+		if done != nil {
+			p.markDone(done.frontend, done.conn)
+		}
+	}()
 	switch kind {
 	case bus.FrontendKeyKind:
 		if deleted {
@@ -76,6 +82,7 @@ func (p *Pusher) applyEntry(e jetstream.KeyValueEntry) {
 		}
 		p.frontends[fe] = now
 		p.m.frontends.Set(float64(len(p.frontends)))
+		p.queues.setCores(fe, int(info.GetCores()))
 	case bus.ConnKeyKind:
 		if deleted {
 			p.forgetConnLocked(conn)
@@ -101,12 +108,23 @@ func (p *Pusher) applyEntry(e jetstream.KeyValueEntry) {
 			// Pushes scoped against the old watches may have skipped what
 			// the new ones need (an entry written after a push for a
 			// service it just subscribed to): the entry's own synced_seq
-			// holds, even below what done reports said.
-			c.synced = min(c.synced, info.GetSyncedSeq())
+			// holds, even below what done reports said, and the ranges
+			// scoped out against the old watches no longer count
+			// (issue 11 #2).
+			c.synced, c.skipped = min(c.synced, info.GetSyncedSeq()), nil
+			c.info = info
+			p.syncedLocked(c, c.synced)
 		} else {
-			c.synced = max(c.synced, info.GetSyncedSeq())
+			c.info = info
+			p.syncedLocked(c, info.GetSyncedSeq())
 		}
-		c.info = info
+		if f := p.inflight[c.pushID]; f != nil && c.synced >= f.req.through {
+			// The frontend pushed it (its entry says so) and the done
+			// has not come: free the throttle slot now (issue 12 row 9).
+			p.endLocked(c.pushID, f)
+			p.m.registryDones.Inc()
+			done = f
+		}
 		p.catchUpLocked(conn, c)
 	}
 }

@@ -1,9 +1,11 @@
 package pusher
 
 import (
+	"cmp"
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -20,6 +22,12 @@ type request struct {
 	reasons  map[string]int32
 	enqueued time.Time
 	start    time.Time // earliest change observed; zero if unknown
+	// covered: the sequences of the PushRequest it was made from (nil once
+	// merged or for a catch-up); scoping marks them skipped.
+	covered []seqRange
+
+	sortOnce sync.Once
+	sorted   []*pb.ConfigKey // keys in order, set by sortedKeys
 }
 
 type keyID struct{ kind, ns, name, cluster string }
@@ -31,6 +39,7 @@ func newRequest(pr *pb.PushRequest, now time.Time) *request {
 		keys:     make(map[keyID]*pb.ConfigKey, len(pr.GetConfigKeys())),
 		reasons:  maps.Clone(pr.GetReasons()),
 		enqueued: now,
+		covered:  coveredRanges(pr),
 	}
 	if pr.GetStart() != nil {
 		r.start = pr.GetStart().AsTime()
@@ -89,22 +98,37 @@ func (r *request) order(connID string, pushID uint64) *pb.PushOrder {
 		Reasons:    r.reasons,
 		ThroughSeq: r.through,
 		EnqueuedAt: timestamppb.New(r.enqueued),
+		ConfigKeys: r.sortedKeys(),
 	}
 	if !r.start.IsZero() {
 		o.Start = timestamppb.New(r.start)
 	}
-	ids := slices.SortedFunc(maps.Keys(r.keys), func(a, b keyID) int {
-		return strings.Compare(a.kind+"/"+a.ns+"/"+a.name+"/"+a.cluster, b.kind+"/"+b.ns+"/"+b.name+"/"+b.cluster)
-	})
-	for _, id := range ids {
-		o.ConfigKeys = append(o.ConfigKeys, r.keys[id])
-	}
 	return o
 }
 
-// pushType labels a request in metrics.
-func (r *request) pushType() string {
-	if r.full {
+// sortedKeys is the request's config keys in a stable order, computed once:
+// one request is queued for every connection it reaches, and dispatchers of
+// several frontends share it. Orders share the slice and must not change it.
+func (r *request) sortedKeys() []*pb.ConfigKey {
+	r.sortOnce.Do(func() {
+		if len(r.keys) == 0 {
+			return
+		}
+		r.sorted = slices.SortedFunc(maps.Values(r.keys), func(a, b *pb.ConfigKey) int {
+			return cmp.Or(
+				strings.Compare(a.GetKind(), b.GetKind()),
+				strings.Compare(a.GetNamespace(), b.GetNamespace()),
+				strings.Compare(a.GetName(), b.GetName()),
+				strings.Compare(a.GetCluster(), b.GetCluster()),
+			)
+		})
+	})
+	return r.sorted
+}
+
+// pushTypeOf labels an order in metrics.
+func pushTypeOf(o *pb.PushOrder) string {
+	if o.GetFull() {
 		return "full"
 	}
 	return "eds"

@@ -31,6 +31,13 @@ type Pusher struct {
 	m      *metrics
 	queues *frontendQueues // set before any goroutine starts
 	now    func() time.Time
+	// maxBytes bounds an encoded PushOrderBatch: the server's max payload,
+	// or Config.MaxBatchBytes if lower.
+	maxBytes int
+	// leaseRev is the fencing token every batch carries: the revision at
+	// which this instance acquired its shard's lease. Frontends drop
+	// batches older than the newest they have seen from the shard.
+	leaseRev uint64
 
 	// Lock order. Take locks left to right, never the reverse:
 	//
@@ -41,13 +48,16 @@ type Pusher struct {
 	//     lookup, drop) and then, with frontendQueues.mu released, call
 	//     them (Queue.mu: Enqueue, Remove, ShutDown).
 	//   - frontendQueues.mu is held while calling every queue in shutDown
-	//     and totals (Queue.mu: ShutDown, Len, InFlight).
+	//     and totals (Queue.mu: ShutDown, Len, InFlight), and the
+	//     frontend's queue in setCores (Queue.mu: SetMaxInFlight; called
+	//     with mu held, from applyEntry).
 	//   - Queue.mu is the innermost lock. The queue calls its MergeFunc,
 	//     (*request).Merge, under it; Merge is pure and takes no lock.
 	//   - Nothing takes mu with a queue lock held: the dispatchers
 	//     (dispatch, addOrder) take mu only between queue calls, and
-	//     handleDone, expireOrders and handlePushRequest release mu before
-	//     markDone and updateQueueMetrics (frontendQueues.mu, Queue.mu).
+	//     handleDone, expireOrders, send, applyEntry and handlePushRequest
+	//     release mu before markDone and updateQueueMetrics
+	//     (frontendQueues.mu, Queue.mu).
 	//   - NATS and KV calls are made with no lock held.
 
 	// guarded by mu
@@ -58,6 +68,9 @@ type Pusher struct {
 	synced     bool   // registry's initial values are loaded
 	inflight   map[uint64]*inflight
 	lastPushID uint64
+	// aheadSince: when the periodic check first saw a request newer than
+	// any delivered (zero: none)
+	aheadSince time.Time
 }
 
 // Run runs the pusher until ctx ends.
@@ -87,14 +100,48 @@ func Run(ctx context.Context, cfg Config, d svc.Deps) error {
 	el := &lease.Elector{KV: leases, Key: "pusher-" + bus.EscapeToken(cfg.Shard), Holder: cfg.ID, TTL: cfg.LeaseTTL, Log: d.Log, Leader: m.leader}
 	d.Health.SetReady()
 	d.Log.Info("pusher ready", "id", cfg.ID, "shard", cfg.Shard, "throttle", cfg.Throttle)
-	return el.Run(ctx, func(ctx context.Context) error {
-		return runActive(ctx, cfg, names, pushes, kv, m, d)
+	// The elector's context outlives ctx by the drain: an active pusher
+	// told to stop drains its queue while it still renews its lease, so no
+	// standby becomes active before it has released (issue 12 row 5).
+	elCtx, stopElector := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopElector()
+	var mu sync.Mutex
+	active := false
+	stopIfIdle := context.AfterFunc(ctx, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if !active {
+			stopElector()
+		}
+	})
+	defer stopIfIdle()
+	return el.Run(elCtx, func(leaseCtx context.Context) error {
+		mu.Lock()
+		if ctx.Err() != nil {
+			mu.Unlock()
+			stopElector()
+			return nil
+		}
+		active = true
+		mu.Unlock()
+		defer func() {
+			mu.Lock()
+			active = false
+			if ctx.Err() != nil {
+				stopElector() // drained: release the lease and end
+			}
+			mu.Unlock()
+		}()
+		return runActive(ctx, leaseCtx, cfg, names, pushes, kv, m, d)
 	})
 }
 
 // runActive is the pusher's work while it holds its shard's lease. All
 // state is rebuilt from the registry and the PUSHES stream at each start.
-func runActive(ctx context.Context, cfg Config, names bus.Names, pushes jetstream.Stream, kv jetstream.KeyValue, m *metrics, d svc.Deps) error {
+// It ends when leaseCtx does (the lease is lost: stop at once) or when ctx
+// does (shutdown: drain what is queued, within DrainTimeout, still holding
+// the lease).
+func runActive(ctx, leaseCtx context.Context, cfg Config, names bus.Names, pushes jetstream.Stream, kv jetstream.KeyValue, m *metrics, d svc.Deps) error {
 	p := &Pusher{
 		pushes:    pushes,
 		cfg:       cfg,
@@ -104,11 +151,13 @@ func runActive(ctx context.Context, cfg Config, names bus.Names, pushes jetstrea
 		log:       d.Log.With("pusher", cfg.ID),
 		m:         m,
 		now:       time.Now,
+		maxBytes:  maxBatchBytes(cfg, d.NC),
+		leaseRev:  lease.Revision(leaseCtx),
 		frontends: make(map[string]time.Time),
 		conns:     make(map[string]*connState),
 		inflight:  make(map[uint64]*inflight),
 	}
-	cons, err := pushes.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
+	cons, err := pushes.CreateOrUpdateConsumer(leaseCtx, jetstream.ConsumerConfig{
 		Durable:       names.PusherConsumer(cfg.Shard),
 		Description:   "pusher: PushRequests to per-connection push orders",
 		FilterSubject: names.PushesSubject(),
@@ -120,7 +169,7 @@ func runActive(ctx context.Context, cfg Config, names bus.Names, pushes jetstrea
 		// wait bounds how long one delivered to a pusher that died stays
 		// stuck (the once-a-second check of the latest request also covers
 		// it).
-		AckWait:    5 * time.Second,
+		AckWait:    pushesAckWait,
 		MaxDeliver: -1,
 	})
 	if err != nil {
@@ -128,7 +177,7 @@ func runActive(ctx context.Context, cfg Config, names bus.Names, pushes jetstrea
 	}
 	// Read the latest request after the consumer exists, so none falls in
 	// between.
-	last, err := bus.LastMsg(ctx, pushes, names.PushesSubject())
+	last, err := bus.LastMsg(leaseCtx, pushes, names.PushesSubject())
 	if err != nil {
 		return err
 	}
@@ -139,7 +188,7 @@ func runActive(ctx context.Context, cfg Config, names bus.Names, pushes jetstrea
 		}
 	}
 
-	p.log.Info("pusher active", "latest_seq", p.latest)
+	p.log.Info("pusher active", "latest_seq", p.latest, "lease_revision", p.leaseRev)
 	doneSub, err := d.NC.Subscribe(names.DoneSubject(cfg.ID), p.handleDone)
 	if err != nil {
 		return fmt.Errorf("subscribe done: %w", err)
@@ -180,19 +229,27 @@ func runActive(ctx context.Context, cfg Config, names bus.Names, pushes jetstrea
 		}
 	}()
 
-	<-ctx.Done()
+	select {
+	case <-ctx.Done():
+	case <-leaseCtx.Done():
+	}
 	it.Stop()
 	<-consumeDone
-	// Drain what is queued within the deadline, then stop.
+	// Shutting down: drain what is queued within the deadline, then stop.
+	// Lease lost: stop at once; the new holder rebuilds the queue.
 	drained := p.queues.shutDown()
-	t := time.NewTimer(cfg.DrainTimeout)
-	select {
-	case <-drained:
-	case <-t.C:
-		pending, inFlight := p.queues.totals()
-		p.log.Warn("drain deadline passed", "queued", pending, "in_flight", inFlight)
+	if leaseCtx.Err() == nil {
+		t := time.NewTimer(cfg.DrainTimeout)
+		select {
+		case <-drained:
+		case <-leaseCtx.Done():
+			p.log.Warn("lease lost while draining")
+		case <-t.C:
+			pending, inFlight := p.queues.totals()
+			p.log.Warn("drain deadline passed", "queued", pending, "in_flight", inFlight)
+		}
+		t.Stop()
 	}
-	t.Stop()
 	cancelBG()
 	<-drained
 	wg.Wait()
@@ -210,26 +267,26 @@ func (p *Pusher) handlePushRequest(msg jetstream.Msg) {
 		_ = msg.Term()
 		return
 	}
-	p.m.pushRequests.Inc()
 	now := p.now()
 	req := newRequest(pr, now)
 	p.mu.Lock()
-	prev := p.latest
 	p.latest = max(p.latest, pr.GetThroughSeq())
 	p.m.latestSeq.Set(float64(p.latest))
 	for id, c := range p.conns {
 		switch {
 		case c.synced >= req.through:
 			p.m.skipped.WithLabelValues("synced").Inc()
-		case !needsPush(c.info, req) && c.synced >= prev:
-			// Up to date before, untouched by this change: up to date now.
-			c.synced = req.through
+		case !needsPush(c.info, req):
+			// Untouched by these sequences: synced moves over them once
+			// every sequence below them is reflected too.
+			c.skip(req.covered)
 			p.m.skipped.WithLabelValues("scope").Inc()
 		default:
 			p.enqueueLocked(id, req)
 		}
 	}
 	p.mu.Unlock()
+	p.m.pushRequests.Inc() // after queueing: tests wait for it
 	p.updateQueueMetrics()
 	if err := msg.Ack(); err != nil {
 		p.log.Warn("ack push request", "err", err)
@@ -270,9 +327,10 @@ func (p *Pusher) catchUpLocked(conn string, c *connState) {
 
 // dispatch takes connections off the queue (the queue enforces the
 // throttle) and sends each its push order. Whatever else is ready at that
-// moment (up to MaxBatch) goes along, one PushOrderBatch per frontend.
+// moment (up to MaxBatch) goes along, in PushOrderBatches per frontend no
+// larger than the max payload.
 func (p *Pusher) dispatch(ctx context.Context, q *pushqueue.Queue[*request]) {
-	batches := make(map[string]*pb.PushOrderBatch)
+	batches := make(map[string]*batcher)
 	for {
 		conn, req, err := q.Dequeue(ctx)
 		if err != nil {
@@ -286,26 +344,55 @@ func (p *Pusher) dispatch(ctx context.Context, q *pushqueue.Queue[*request]) {
 			}
 			p.addOrder(q, batches, conn, req)
 		}
-		for subject, batch := range batches {
-			b, err := proto.Marshal(batch)
-			if err == nil {
-				err = p.nc.PublishMsg(&nats.Msg{Subject: subject, Reply: p.names.DoneSubject(p.cfg.ID), Data: b})
+		for subject, b := range batches {
+			if batch := b.take(); batch != nil {
+				p.send(subject, batch)
 			}
-			if err != nil {
-				// The done timeout re-queues them.
-				p.m.sendErrors.Inc()
-				p.log.Warn("send push orders", "subject", subject, "orders", len(batch.Orders), "err", err)
-			}
-			p.m.batchSize.Observe(float64(len(batch.Orders)))
-			delete(batches, subject)
 		}
 		p.updateQueueMetrics()
 	}
 }
 
+// send publishes one batch of orders to a frontend.
+func (p *Pusher) send(subject string, batch *pb.PushOrderBatch) {
+	b, err := proto.Marshal(batch)
+	if p.cfg.beforeSend != nil {
+		p.cfg.beforeSend(batch)
+	}
+	if err == nil {
+		err = p.nc.PublishMsg(&nats.Msg{Subject: subject, Reply: p.names.DoneSubject(p.cfg.ID), Data: b})
+	}
+	p.m.batchSize.Observe(float64(len(batch.Orders)))
+	if err == nil {
+		return
+	}
+	// Lost: free their slots; each connection is resynced after its
+	// backoff, logged and counted.
+	p.m.sendErrors.Inc()
+	p.log.Warn("send push orders", "subject", subject, "orders", len(batch.Orders), "bytes", len(b), "err", err)
+	var lost []*inflight
+	p.mu.Lock()
+	for _, o := range batch.Orders {
+		f, ok := p.inflight[o.GetPushId()]
+		if !ok {
+			continue
+		}
+		p.endLocked(o.GetPushId(), f)
+		lost = append(lost, f)
+		if c := p.conns[f.conn]; c != nil {
+			p.lostLocked(f.conn, c, "send")
+		}
+	}
+	p.mu.Unlock()
+	for _, f := range lost {
+		p.markDone(f.frontend, f.conn)
+	}
+}
+
 // addOrder records one dequeued connection as in flight and adds its order
-// to its frontend's batch.
-func (p *Pusher) addOrder(q *pushqueue.Queue[*request], batches map[string]*pb.PushOrderBatch, conn string, req *request) {
+// to its frontend's batch, sending the batch first if the order would take
+// it past the max payload.
+func (p *Pusher) addOrder(q *pushqueue.Queue[*request], batches map[string]*batcher, conn string, req *request) {
 	now := p.now()
 	p.m.queueTime.Observe(now.Sub(req.enqueued).Seconds())
 	p.mu.Lock()
@@ -317,16 +404,26 @@ func (p *Pusher) addOrder(q *pushqueue.Queue[*request], batches map[string]*pb.P
 	}
 	p.lastPushID++
 	id := p.lastPushID
-	p.inflight[id] = &inflight{conn: conn, frontend: c.info.GetFrontend(), req: req, deadline: now.Add(p.cfg.PushTimeout), retried: c.retried}
+	p.inflight[id] = &inflight{conn: conn, frontend: c.info.GetFrontend(), req: req, deadline: now.Add(p.cfg.PushTimeout)}
+	c.pushID = id
 	subject := p.names.OrdersSubject(c.info.GetFrontend())
 	p.mu.Unlock()
-	batch, ok := batches[subject]
+	b, ok := batches[subject]
 	if !ok {
-		batch = &pb.PushOrderBatch{Pusher: p.cfg.ID}
-		batches[subject] = batch
+		b = newBatcher(&pb.PushOrderBatch{Pusher: p.cfg.ID, Shard: p.cfg.Shard, LeaseRevision: p.leaseRev}, p.maxBytes)
+		batches[subject] = b
 	}
-	batch.Orders = append(batch.Orders, req.order(conn, id))
-	p.m.orders.WithLabelValues(req.pushType()).Inc()
+	o := req.order(conn, id)
+	keys := len(o.ConfigKeys)
+	ready, shrunk := b.add(o)
+	if shrunk {
+		p.m.oversized.Inc()
+		p.log.Warn("push order past the max payload: sent as a full push without its keys", "conn", conn, "keys", keys, "max_bytes", p.maxBytes)
+	}
+	if ready != nil {
+		p.send(subject, ready)
+	}
+	p.m.orders.WithLabelValues(pushTypeOf(o)).Inc()
 }
 
 // handleDone takes a frontend's PushDone report.
@@ -341,32 +438,65 @@ func (p *Pusher) handleDone(m *nats.Msg) {
 	p.mu.Lock()
 	f, ok := p.inflight[d.GetPushId()]
 	if !ok || f.conn != d.GetConnId() {
-		p.mu.Unlock()
-		return // already timed out (and counted then)
-	}
-	delete(p.inflight, d.GetPushId())
-	c := p.conns[f.conn]
-	switch d.GetResult() {
-	case pb.PushDone_SENT, pb.PushDone_UNCHANGED:
-		if c != nil {
-			c.retried = false
-			c.synced = max(c.synced, d.GetSyncedSeq())
+		// Already given up on (timed out, or done by the registry's word):
+		// what it says of the connection is still true.
+		if c := p.conns[d.GetConnId()]; c != nil && succeeded(d.GetResult()) {
+			p.syncedLocked(c, d.GetSyncedSeq())
 		}
-	case pb.PushDone_CONN_GONE:
+		p.mu.Unlock()
+		return
+	}
+	p.endLocked(d.GetPushId(), f)
+	c := p.conns[f.conn]
+	switch {
+	case succeeded(d.GetResult()):
+		if c != nil {
+			p.syncedLocked(c, d.GetSyncedSeq())
+		}
+	case d.GetResult() == pb.PushDone_CONN_GONE:
 		p.forgetConnLocked(f.conn)
 	default:
 		p.log.Warn("push failed on frontend", "conn", f.conn, "frontend", d.GetFrontend(), "err", d.GetError())
 		if c != nil {
-			c.queued = 0
-			if !f.retried {
-				// Queued while processing: MarkDone below puts it back.
-				c.retried = true
-				p.catchUpLocked(f.conn, c)
-			}
+			p.lostLocked(f.conn, c, "failed")
 		}
 	}
 	p.mu.Unlock()
 	p.markDone(f.frontend, f.conn)
+}
+
+func succeeded(r pb.PushDone_Result) bool {
+	return r == pb.PushDone_SENT || r == pb.PushDone_UNCHANGED
+}
+
+// endLocked forgets an order in flight.
+func (p *Pusher) endLocked(id uint64, f *inflight) {
+	delete(p.inflight, id)
+	if c := p.conns[f.conn]; c != nil && c.pushID == id {
+		c.pushID = 0
+	}
+}
+
+// syncedLocked records that a connection reflects every sequence up to seq;
+// once it has caught up with the latest request its resync backoff resets.
+func (p *Pusher) syncedLocked(c *connState, seq uint64) {
+	c.advance(seq)
+	if c.synced >= p.latest {
+		c.resyncAt, c.backoff = time.Time{}, 0
+	}
+}
+
+// lostLocked handles a push that did not happen or whose outcome is unknown
+// (a lost done, a failed send, a failure on the frontend): the connection
+// is resynced after its backoff, which doubles up to ResyncMax each time,
+// for as long as it stays behind (issue 12 row 9).
+func (p *Pusher) lostLocked(conn string, c *connState, why string) {
+	c.queued = 0
+	wait := max(c.backoff, p.cfg.ResyncInterval)
+	c.resyncAt = p.now().Add(wait)
+	c.backoff = min(2*wait, p.cfg.ResyncMax)
+	p.m.lost.WithLabelValues(why).Inc()
+	p.log.Warn("push lost, resyncing after a backoff", "conn", conn, "reason", why, "backoff", wait)
 }
 
 func (p *Pusher) forgetConnLocked(conn string) {
@@ -377,4 +507,13 @@ func (p *Pusher) forgetConnLocked(conn string) {
 	}
 	delete(p.conns, conn)
 	p.m.connections.Set(float64(len(p.conns)))
+}
+
+// maxBatchBytes is the size bound of one PushOrderBatch.
+func maxBatchBytes(cfg Config, nc *nats.Conn) int {
+	n := int(nc.MaxPayload())
+	if cfg.MaxBatchBytes > 0 && (n <= 0 || cfg.MaxBatchBytes < n) {
+		n = cfg.MaxBatchBytes
+	}
+	return n
 }

@@ -8,12 +8,18 @@ import (
 
 // connState is one connection as the pusher sees it.
 type connState struct {
-	info   *pb.ConnectionInfo
-	synced uint64 // highest of the registry's and the done reports' synced_seq
+	info *pb.ConnectionInfo
+	// what its config reflects: the registry's and the done reports'
+	// synced_seq, and the requests scoped out for it
+	syncState
 	// queued is the highest through_seq queued or in flight for it.
 	queued uint64
-	// retried: re-queued once after a timeout or failure, not again.
-	retried bool
+	// pushID is the order in flight for it (0: none).
+	pushID uint64
+	// resyncAt: when a catch-up is due if it is still behind then (zero:
+	// none scheduled); backoff: the wait before the one after it.
+	resyncAt time.Time
+	backoff  time.Duration
 }
 
 // inflight is one dispatched order awaiting its PushDone.
@@ -22,5 +28,4 @@ type inflight struct {
 	frontend string
 	req      *request
 	deadline time.Time
-	retried  bool
 }

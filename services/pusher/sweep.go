@@ -23,6 +23,7 @@ func (p *Pusher) sweep(ctx context.Context) {
 		p.expireFrontends(ctx)
 		p.expireOrders()
 		p.checkLatest(ctx)
+		p.resync()
 	}
 }
 
@@ -64,33 +65,70 @@ func (p *Pusher) expireOrders() {
 		if !now.After(f.deadline) {
 			continue
 		}
-		delete(p.inflight, id)
+		p.endLocked(id, f)
 		timedOut = append(timedOut, f)
 		p.m.doneTimeouts.Inc()
-		c := p.conns[f.conn]
-		switch {
-		case c == nil:
-		case !f.retried:
-			// Queued while processing: MarkDone below puts it back.
-			p.log.Warn("push done timed out, re-queueing once", "conn", f.conn, "through_seq", f.req.through)
-			c.retried = true
-			p.enqueueLocked(f.conn, f.req)
-		default:
-			p.log.Warn("push done timed out again; waiting for the next change or registry update", "conn", f.conn)
-			c.retried = false
-			c.queued = 0
+		if c := p.conns[f.conn]; c != nil {
+			p.lostLocked(f.conn, c, "timeout")
 		}
 	}
 	p.mu.Unlock()
+	// Free their throttle slots.
 	for _, f := range timedOut {
 		p.markDone(f.frontend, f.conn)
 	}
 }
 
-// checkLatest reads the newest PushRequest and, if it is newer than any the
-// consumer delivered (one delivered to a pusher that died is stuck until its
-// ack wait), queues every connection behind it. Level-triggered: a lost
-// delivery costs at most a second.
+// resync queues a catch-up for every connection behind the latest request
+// with no order in flight whose resync is due. A connection found behind
+// with none scheduled (say, its request was scoped out and an older one it
+// needs has not arrived) gets one after BehindGrace, longer than a debounce
+// window, so an overtaken request is waited for. Level-triggered and
+// forever: nothing stays behind for good (issue 12 row 9).
+func (p *Pusher) resync() {
+	now := p.now()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.synced {
+		return
+	}
+	behind, due := 0, 0
+	for id, c := range p.conns {
+		if c.synced >= p.latest {
+			c.resyncAt, c.backoff = time.Time{}, 0
+			continue
+		}
+		behind++
+		if c.pushID != 0 {
+			continue // its done (or timeout) decides
+		}
+		if c.resyncAt.IsZero() {
+			wait := max(p.cfg.BehindGrace, c.backoff)
+			c.resyncAt = now.Add(wait)
+			c.backoff = min(2*wait, p.cfg.ResyncMax)
+			continue
+		}
+		if now.Before(c.resyncAt) {
+			continue
+		}
+		due++
+		c.resyncAt = time.Time{}
+		p.enqueueLocked(id, catchUp(p.latest, now))
+	}
+	p.m.behind.Set(float64(behind))
+	if due > 0 {
+		p.m.resyncs.Add(float64(due))
+		p.log.Info("resyncing connections behind the latest request", "connections", due, "behind", behind, "latest_seq", p.latest)
+	}
+}
+
+// checkLatest reads the newest PushRequest and, if the consumer has not
+// delivered it for longer than its ack wait (one delivered to a pusher that
+// died is stuck until then), queues every connection behind it. Before
+// that, the consumer is assumed to be on its way: catching up at once would
+// turn every scoped request the check happens to beat into a full push for
+// every connection (issue 12 row 13). Level-triggered: a lost delivery
+// costs at most the ack wait and a second.
 func (p *Pusher) checkLatest(ctx context.Context) {
 	last, err := bus.LastMsg(ctx, p.pushes, p.names.PushesSubject())
 	if err != nil || last == nil {
@@ -100,12 +138,23 @@ func (p *Pusher) checkLatest(ctx context.Context) {
 	if proto.Unmarshal(last.Data, pr) != nil {
 		return
 	}
+	now := p.now()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if pr.GetThroughSeq() <= p.latest {
+		p.aheadSince = time.Time{}
 		return
 	}
-	p.log.Info("newer push request found by the periodic check", "through_seq", pr.GetThroughSeq(), "latest", p.latest)
+	if p.aheadSince.IsZero() {
+		p.aheadSince = now
+		return
+	}
+	if now.Sub(p.aheadSince) < pushesAckWait {
+		return
+	}
+	p.aheadSince = time.Time{}
+	p.log.Warn("consumer stalled past its ack wait: catching up with the newest push request", "through_seq", pr.GetThroughSeq(), "latest", p.latest)
+	p.m.stalls.Inc()
 	p.latest = pr.GetThroughSeq()
 	p.m.latestSeq.Set(float64(p.latest))
 	for id, c := range p.conns {

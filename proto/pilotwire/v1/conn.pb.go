@@ -88,7 +88,11 @@ type FrontendInfo struct {
 	AppliedSeq  uint64 `protobuf:"varint,6,opt,name=applied_seq,json=appliedSeq,proto3" json:"applied_seq,omitempty"`
 	Connections int32  `protobuf:"varint,7,opt,name=connections,proto3" json:"connections,omitempty"`
 	// True while draining: no new streams accepted.
-	Draining      bool `protobuf:"varint,8,opt,name=draining,proto3" json:"draining,omitempty"`
+	Draining bool `protobuf:"varint,8,opt,name=draining,proto3" json:"draining,omitempty"`
+	// The frontend's cores (GOMAXPROCS): the pusher sizes this frontend's
+	// push throttle from them, as Istio sizes PILOT_PUSH_THROTTLE from the
+	// cores of the istiod that generates (0: unknown).
+	Cores         int32 `protobuf:"varint,9,opt,name=cores,proto3" json:"cores,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -177,6 +181,13 @@ func (x *FrontendInfo) GetDraining() bool {
 		return x.Draining
 	}
 	return false
+}
+
+func (x *FrontendInfo) GetCores() int32 {
+	if x != nil {
+		return x.Cores
+	}
+	return 0
 }
 
 // Watch is what one connection watches for one xDS type.
@@ -575,7 +586,7 @@ var File_pilotwire_v1_conn_proto protoreflect.FileDescriptor
 
 const file_pilotwire_v1_conn_proto_rawDesc = "" +
 	"\n" +
-	"\x17pilotwire/v1/conn.proto\x12\fpilotwire.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb9\x02\n" +
+	"\x17pilotwire/v1/conn.proto\x12\fpilotwire.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xcf\x02\n" +
 	"\fFrontendInfo\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12%\n" +
 	"\x0eorders_subject\x18\x02 \x01(\tR\rordersSubject\x12\x19\n" +
@@ -586,7 +597,8 @@ const file_pilotwire_v1_conn_proto_rawDesc = "" +
 	"\vapplied_seq\x18\x06 \x01(\x04R\n" +
 	"appliedSeq\x12 \n" +
 	"\vconnections\x18\a \x01(\x05R\vconnections\x12\x1a\n" +
-	"\bdraining\x18\b \x01(\bR\bdraining\"\xbd\x02\n" +
+	"\bdraining\x18\b \x01(\bR\bdraining\x12\x14\n" +
+	"\x05cores\x18\t \x01(\x05R\x05cores\"\xbd\x02\n" +
 	"\x05Watch\x12\x19\n" +
 	"\btype_url\x18\x01 \x01(\tR\atypeUrl\x12\x1a\n" +
 	"\bwildcard\x18\x02 \x01(\bR\bwildcard\x12\x14\n" +

@@ -377,7 +377,15 @@ type PushOrderBatch struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Orders []*PushOrder           `protobuf:"bytes,1,rep,name=orders,proto3" json:"orders,omitempty"`
 	// Pusher that sent the batch.
-	Pusher        string `protobuf:"bytes,2,opt,name=pusher,proto3" json:"pusher,omitempty"`
+	Pusher string `protobuf:"bytes,2,opt,name=pusher,proto3" json:"pusher,omitempty"`
+	// Shard of the pusher that sent the batch.
+	Shard string `protobuf:"bytes,3,opt,name=shard,proto3" json:"shard,omitempty"`
+	// Fencing token: the revision of the shard's lease when the sender
+	// acquired it. It grows with every new holder. A frontend drops a batch
+	// whose revision is older than the newest it has seen from the shard, so
+	// a paused or late ex-holder cannot push after its successor (0: an
+	// unfenced sender, always admitted).
+	LeaseRevision uint64 `protobuf:"varint,4,opt,name=lease_revision,json=leaseRevision,proto3" json:"lease_revision,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -424,6 +432,20 @@ func (x *PushOrderBatch) GetPusher() string {
 		return x.Pusher
 	}
 	return ""
+}
+
+func (x *PushOrderBatch) GetShard() string {
+	if x != nil {
+		return x.Shard
+	}
+	return ""
+}
+
+func (x *PushOrderBatch) GetLeaseRevision() uint64 {
+	if x != nil {
+		return x.LeaseRevision
+	}
+	return 0
 }
 
 // PushDone reports that a frontend handled a PushOrder (after sending, not
@@ -553,10 +575,12 @@ const file_pilotwire_v1_push_proto_rawDesc = "" +
 	"\x05start\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\x05start\x1a:\n" +
 	"\fReasonsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\"Y\n" +
+	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\"\x96\x01\n" +
 	"\x0ePushOrderBatch\x12/\n" +
 	"\x06orders\x18\x01 \x03(\v2\x17.pilotwire.v1.PushOrderR\x06orders\x12\x16\n" +
-	"\x06pusher\x18\x02 \x01(\tR\x06pusher\"\x9a\x02\n" +
+	"\x06pusher\x18\x02 \x01(\tR\x06pusher\x12\x14\n" +
+	"\x05shard\x18\x03 \x01(\tR\x05shard\x12%\n" +
+	"\x0elease_revision\x18\x04 \x01(\x04R\rleaseRevision\"\x9a\x02\n" +
 	"\bPushDone\x12\x17\n" +
 	"\aconn_id\x18\x01 \x01(\tR\x06connId\x12\x17\n" +
 	"\apush_id\x18\x02 \x01(\x04R\x06pushId\x125\n" +

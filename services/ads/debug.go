@@ -9,10 +9,12 @@ import (
 	"strings"
 	"time"
 
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	resource "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/pilotwire/pilotwire/pkg/model"
+	"github.com/pilotwire/pilotwire/pkg/nodeid"
 	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
 )
 
@@ -198,6 +200,9 @@ func (s *Server) configDump(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p := &proxy{ID: ci.GetNodeId(), Namespace: ci.GetNamespace(), ClusterID: ci.GetClusterId(), Type: ci.GetProxyType(), Generator: ci.GetGenerator()}
+	if np, err := nodeid.Parse(&core.Node{Id: ci.GetNodeId()}); err == nil {
+		p.IP = np.IP // the pod IP gives the inbound side; ConnectionInfo does not carry it
+	}
 	m := s.store.Snapshot()
 	out := map[string]any{"seq": m.Seq, "proxy": ci.GetNodeId()}
 	for _, wt := range ci.GetWatches() {

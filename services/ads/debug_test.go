@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"slices"
 	"testing"
 
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	resource "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 
@@ -87,5 +89,42 @@ func TestDebugEndpoints(t *testing.T) {
 	getJSON(t, f.http+"/debug/configz", &cz)
 	if len(cz.Services) != 1 || cz.Services[0].Hostname != "a.default.svc.cluster.local" || cz.Services[0].Ports[0].Endpoints[0] != "10.1.0.1:8080@c1" {
 		t.Errorf("configz = %+v", cz)
+	}
+}
+
+// TestConfigDumpMatchesWhatThePodGets: for a sidecar on a pod that backs a
+// service, config_dump shows what the proxy is sent, inbound side
+// included (the pod IP comes from the node id).
+func TestConfigDumpMatchesWhatThePodGets(t *testing.T) {
+	f := startFrontend(t, func(f *frontend) {
+		f.publish(t, pb.Op_OP_ADD, "", "Service", service("default", "a", 80))
+		f.publish(t, pb.Op_OP_ADD, "discovery.k8s.io", "EndpointSlice", slice("default", "a", 8080, "10.1.0.1"))
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.DefaultTimeout)
+	defer cancel()
+	node := &core.Node{Id: "sidecar~10.1.0.1~a-0.default~default.svc.cluster.local"}
+	c := dial(ctx, t, f.addr, node)
+	c.send(&discovery.DiscoveryRequest{TypeUrl: resource.ClusterType})
+	cds := c.recv()
+	if !slices.Contains(names(cds), "inbound|8080||") {
+		t.Fatalf("CDS %v lacks the pod's inbound cluster", names(cds))
+	}
+	testutil.Eventually(t, "connection published", func() bool {
+		var rows []syncStatus
+		getJSON(t, f.http+"/debug/syncz", &rows)
+		return len(rows) == 1
+	})
+	var dump map[string]json.RawMessage
+	if code := getJSON(t, f.http+"/debug/config_dump?proxyID="+node.Id, &dump); code != http.StatusOK {
+		t.Fatalf("config_dump status %d", code)
+	}
+	var cdsDump struct {
+		Version string `json:"version"`
+	}
+	if err := json.Unmarshal(dump["cds"], &cdsDump); err != nil {
+		t.Fatal(err)
+	}
+	if cdsDump.Version != cds.VersionInfo {
+		t.Errorf("config_dump cds version %s, want the version the proxy was sent, %s", cdsDump.Version, cds.VersionInfo)
 	}
 }

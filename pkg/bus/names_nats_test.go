@@ -108,3 +108,42 @@ func TestRemovedKeysLeaveNothingBehind(t *testing.T) {
 		t.Errorf("keys %v, %v; want %d live keys", keys, err, live)
 	}
 }
+
+// TestEnsureLeavesUnchangedStreamsAlone: ensuring a stream or bucket that
+// already has the wanted config sends no update. Every service ensures
+// them at start; a needless update races in the server with consumers
+// being created (nats-server's filestore, caught by -race), and costs a
+// stream reconfiguration on a cluster at every restart.
+func TestEnsureLeavesUnchangedStreamsAlone(t *testing.T) {
+	ctx, js, n, _ := registry(t)
+	nc := js.Conn()
+	updates, err := nc.SubscribeSync("$JS.EVENT.ADVISORY.STREAM.UPDATED.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if _, err := bus.EnsureStream(ctx, js, n.ChangesConfig(bus.StreamOptions{})); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := bus.EnsureKV(ctx, js, n.RegistryConfig(bus.StreamOptions{})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A changed config is still applied.
+	if _, err := bus.EnsureStream(ctx, js, n.ChangesConfig(bus.StreamOptions{DuplicateWindow: time.Minute})); err != nil {
+		t.Fatal(err)
+	}
+	m, err := updates.NextMsg(testutil.DefaultTimeout)
+	if err != nil {
+		t.Fatalf("no update advisory for a changed config: %v", err)
+	}
+	if !strings.HasSuffix(m.Subject, "."+n.ChangesStream()) {
+		t.Errorf("first update advisory %s, want only the changed %s", m.Subject, n.ChangesStream())
+	}
+	if m, err := updates.NextMsg(testutil.ShortTimeout); err == nil {
+		t.Errorf("unexpected update advisory %s", m.Subject)
+	}
+}

@@ -41,6 +41,7 @@ func TestKubernetesSource(t *testing.T) {
 	waitBootstrapped(t, a)
 	t.Run("core kinds flow with cluster, uid and resourceVersion", func(t *testing.T) { testCoreKinds(t, a) })
 	t.Run("restart and relist publish nothing unchanged", func(t *testing.T) { testRestartAndRelist(t, a) })
+	t.Run("a restart after status-only writes publishes nothing", func(t *testing.T) { testRestartAfterTrimmedWrites(t, a) })
 	t.Run("CRD discovery starts and stops watches", func(t *testing.T) { testCRDDiscovery(t, a) })
 	t.Run("Gateway API gating", func(t *testing.T) { testGatewayAPIGating(t, a) })
 	t.Run("many clusters", func(t *testing.T) { testManyClusters(t, a) })
@@ -310,6 +311,83 @@ func testRestartAndRelist(t *testing.T, a *k8stest.Cluster) {
 	w.barrier(t, kube, "alpha", "restart")
 	if got := ingesttest.Summaries(w.records(t)[n:]); len(got) != 1 {
 		t.Errorf("records after a relist and a barrier: %v, want only the barrier", got)
+	}
+}
+
+// testRestartAfterTrimmedWrites: a Pod and a Node written while ingest is
+// down only in fields the record drops (status) have a new resourceVersion
+// but the same record: the restart publishes nothing for them. A label
+// change afterwards is still published.
+func testRestartAfterTrimmedWrites(t *testing.T, a *k8stest.Cluster) {
+	kube := kubeClient(t, a.Config)
+	ctx := testCtx(t)
+	w := newWorld(t)
+	createNamespace(t, kube, "trimrestart")
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "app-0", Namespace: "trimrestart", Labels: map[string]string{"app": "web"}},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "example.com/app:1"}}},
+	}
+	if _, err := kube.CoreV1().Pods("trimrestart").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	node := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: "trimrestart-node"},
+		Status:     corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}},
+	}
+	if _, err := kube.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = kube.CoreV1().Nodes().Delete(testCtx(t), node.Name, metav1.DeleteOptions{}) })
+	opts := kubesource.Options{Clusters: alpha(a)}
+	r := w.start(t, opts)
+	podRec := w.waitRecord(t, "pod added", is(pb.Op_OP_ADD, "alpha", "Pod", "trimrestart", "app-0"))
+	w.waitRecord(t, "node added", is(pb.Op_OP_ADD, "alpha", "Node", "", node.Name))
+	r.stop(t)
+
+	// Down: status-only writes.
+	p, err := kube.CoreV1().Pods("trimrestart").Get(ctx, "app-0", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "app", Image: "example.com/app:1", RestartCount: 3}}
+	p, err = kube.CoreV1().Pods("trimrestart").UpdateStatus(ctx, p, metav1.UpdateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.ResourceVersion == podRec.Rec.GetResourceVersion() {
+		t.Fatalf("pod status write kept resourceVersion %s", p.ResourceVersion)
+	}
+	nd, err := kube.CoreV1().Nodes().Get(ctx, node.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nd.Status.Conditions[0].Reason = "KubeletReady"
+	if _, err := kube.CoreV1().Nodes().UpdateStatus(ctx, nd, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	n := len(w.records(t))
+	w.start(t, opts) // stopped at the end of the test
+	w.barrier(t, kube, "alpha", "trimrestart")
+	if got := ingesttest.Summaries(w.records(t)[n:]); len(got) != 1 {
+		t.Errorf("records after a restart over status-only writes and a barrier: %v, want only the barrier", got)
+	}
+
+	// A kept field still counts.
+	p.Labels["app"] = "web2"
+	if _, err := kube.CoreV1().Pods("trimrestart").Update(ctx, p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	isUpdate := is(pb.Op_OP_UPDATE, "alpha", "Pod", "trimrestart", "app-0")
+	rec := w.waitRecord(t, "pod label update", func(r ingesttest.Record) bool {
+		return isUpdate(r) && strings.Contains(string(r.Rec.GetObject()), `"web2"`)
+	})
+	var got corev1.Pod
+	if err := json.Unmarshal(rec.Rec.GetObject(), &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Labels["app"] != "web2" || got.ResourceVersion != rec.Rec.GetResourceVersion() {
+		t.Errorf("pod update record: labels %v, object rv %s, record rv %s", got.Labels, got.ResourceVersion, rec.Rec.GetResourceVersion())
 	}
 }
 

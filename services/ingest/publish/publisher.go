@@ -133,6 +133,7 @@ func (r *Result) add(o Result) {
 // entry is what the stream says about one object: its subject's last record.
 type entry struct {
 	uid, rv, version, source string
+	content                  string // Object.ContentVersion of the record, if any
 	seq                      uint64
 	live                     bool // the last record is not a DELETE
 }

@@ -50,9 +50,12 @@ type ClusterStatus struct {
 	Origin string `json:"origin"`
 	State  State  `json:"state"`
 	// Kinds watched, as Kind[.group]/version, sorted.
-	Kinds     []string   `json:"kinds"`
-	StartedAt time.Time  `json:"started_at"`
-	SyncedAt  *time.Time `json:"synced_at,omitempty"`
+	Kinds []string `json:"kinds"`
+	// ForbiddenKinds are watched kinds the API server forbids the source
+	// to list (RBAC), as Kinds; the cluster synced without them.
+	ForbiddenKinds []string   `json:"forbidden_kinds,omitempty"`
+	StartedAt      time.Time  `json:"started_at"`
+	SyncedAt       *time.Time `json:"synced_at,omitempty"`
 	// LastError is the last list/watch error, if any.
 	LastError string `json:"last_error,omitempty"`
 	// Holder is the instance writing the cluster, while standing by.
@@ -77,9 +80,10 @@ type cluster struct {
 	// guarded by mu
 	mu         sync.Mutex
 	handlers   map[schema.GroupVersionKind]*kindHandler
-	changed    chan struct{} // closed and replaced whenever handlers change
-	discovered bool          // discovery has reconciled at least once
-	initial    bool          // the initial sync's snapshot was taken
+	forbidden  map[*kindHandler]string // kinds forbidden to list, by label (see forbidden.go)
+	changed    chan struct{}           // closed and replaced whenever handlers change
+	discovered bool                    // discovery has reconciled at least once
+	initial    bool                    // the initial sync's snapshot was taken
 	state      State
 	startedAt  time.Time
 	syncedAt   time.Time
@@ -101,6 +105,7 @@ func newCluster(src *Source, r *running) *cluster {
 		}),
 		kick:      make(chan struct{}, 1),
 		handlers:  make(map[schema.GroupVersionKind]*kindHandler),
+		forbidden: make(map[*kindHandler]string),
 		changed:   make(chan struct{}),
 		state:     StateSyncing,
 		startedAt: time.Now(),
@@ -185,11 +190,14 @@ func (c *cluster) run(ctx context.Context) {
 	if err := c.sink.StartRetrying(ctx, nil); err != nil {
 		return // ctx ended
 	}
-	desired, ok := c.waitInitial(ctx, timeout.C, func() { c.markTimedOut(ctx, cl) })
+	desired, keep, ok := c.waitInitial(ctx, timeout.C, func() { c.markTimedOut(ctx, cl) })
 	if !ok {
 		return
 	}
-	res, err := c.sink.Sync(ctx, desired)
+	res, err := c.sink.SyncKeeping(ctx, desired, func(k publish.Key) bool {
+		_, ok := keep[schema.GroupKind{Group: k.Group, Kind: k.Kind}]
+		return ok
+	})
 	if err != nil {
 		return // ctx ended
 	}
@@ -226,18 +234,21 @@ func (c *cluster) startCore(ctx context.Context, cl clients, wg *sync.WaitGroup)
 }
 
 // waitInitial waits until discovery has run once and every informer
-// started so far has delivered its initial list to its handler, then
-// returns the complete object set. Discovery may add or remove kinds
+// started so far, but those forbidden to list, has delivered its initial
+// list to its handler, then returns the complete object set, and the
+// forbidden kinds, whose records the sync must keep. Discovery may add or remove kinds
 // meanwhile; the wait then starts over with the new set. When timeout fires
 // the cluster is reported as timed out and the wait goes on. It returns
 // false when ctx ends.
-func (c *cluster) waitInitial(ctx context.Context, timeout <-chan time.Time, timedOut func()) ([]publish.Object, bool) {
+func (c *cluster) waitInitial(ctx context.Context, timeout <-chan time.Time, timedOut func()) ([]publish.Object, map[schema.GroupKind]struct{}, bool) {
 	for {
 		c.mu.Lock()
 		changed, discovered := c.changed, c.discovered
 		var checkers []cache.DoneChecker
 		for _, h := range c.handlers {
-			checkers = append(checkers, h.reg.HasSyncedChecker())
+			if _, ok := c.forbidden[h]; !ok {
+				checkers = append(checkers, h.reg.HasSyncedChecker())
+			}
 		}
 		c.mu.Unlock()
 
@@ -261,7 +272,7 @@ func (c *cluster) waitInitial(ctx context.Context, timeout <-chan time.Time, tim
 				timeout = nil
 				timedOut()
 			case <-ctx.Done():
-				return nil, false
+				return nil, nil, false
 			}
 		}
 		if restart {
@@ -272,17 +283,23 @@ func (c *cluster) waitInitial(ctx context.Context, timeout <-chan time.Time, tim
 			c.mu.Unlock()
 			continue // a kind came or went after the snapshot of checkers
 		}
-		desired := c.snapshotLocked()
+		desired, keep := c.snapshotLocked()
 		c.initial = true
 		c.mu.Unlock()
-		return desired, true
+		return desired, keep, true
 	}
 }
 
-// snapshotLocked lists every informer's store. Caller holds mu.
-func (c *cluster) snapshotLocked() []publish.Object {
+// snapshotLocked lists every informer's store but those of forbidden
+// kinds, which it returns. Caller holds mu.
+func (c *cluster) snapshotLocked() ([]publish.Object, map[schema.GroupKind]struct{}) {
 	var out []publish.Object
+	keep := make(map[schema.GroupKind]struct{})
 	for gvk, h := range c.handlers {
+		if _, ok := c.forbidden[h]; ok {
+			keep[gvk.GroupKind()] = struct{}{}
+			continue
+		}
 		for _, obj := range h.informer.GetStore().List() {
 			o, err := c.toObject(gvk, obj)
 			if err != nil {
@@ -292,7 +309,7 @@ func (c *cluster) snapshotLocked() []publish.Object {
 			out = append(out, o)
 		}
 	}
-	return out
+	return out, keep
 }
 
 // handlersChangedLocked wakes whoever waits on the handler set and updates
@@ -368,5 +385,9 @@ func (c *cluster) status() ClusterStatus {
 		st.Kinds = append(st.Kinds, kindLabel(gvk.GroupKind())+"/"+gvk.Version)
 	}
 	slices.Sort(st.Kinds)
+	for h := range c.forbidden {
+		st.ForbiddenKinds = append(st.ForbiddenKinds, kindLabel(h.gvk.GroupKind())+"/"+h.gvk.Version)
+	}
+	slices.Sort(st.ForbiddenKinds)
 	return st
 }

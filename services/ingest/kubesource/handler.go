@@ -52,6 +52,7 @@ type kindHandler struct {
 	// set by start
 	cancel context.CancelFunc
 	ctx    context.Context
+	wg     *sync.WaitGroup
 }
 
 // newKindHandler wires informer to c's queue. It must be called before the
@@ -71,7 +72,7 @@ func (c *cluster) newKindHandler(gvk schema.GroupVersionKind, informer cache.Sha
 	if err := informer.SetTransform(transformFor(gvk)); err != nil {
 		return nil, err
 	}
-	if err := informer.SetWatchErrorHandlerWithContext(c.watchErrorHandler(label)); err != nil {
+	if err := informer.SetWatchErrorHandlerWithContext(c.kindWatchErrorHandler(h, label)); err != nil {
 		return nil, err
 	}
 	reg, err := informer.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
@@ -126,6 +127,7 @@ func unchanged(o, n runtime.Object) bool {
 // start runs the informer until ctx ends or stop is called; wg tracks it.
 func (h *kindHandler) start(ctx context.Context, wg *sync.WaitGroup) {
 	h.ctx, h.cancel = context.WithCancel(ctx)
+	h.wg = wg
 	wg.Go(func() { h.informer.RunWithContext(h.ctx) })
 }
 
@@ -149,6 +151,19 @@ func (c *cluster) enqueue(gvk schema.GroupVersionKind, obj any) {
 		return
 	}
 	c.queue.Add(item{op: itemObject, gvk: gvk, namespace: ns, name: name})
+}
+
+// kindWatchErrorHandler is watchErrorHandler for a kind's informer; a list
+// the API server forbids (RBAC) also marks the kind forbidden until it
+// lists (see markForbidden).
+func (c *cluster) kindWatchErrorHandler(h *kindHandler, kind string) cache.WatchErrorHandlerWithContext {
+	logErr := c.watchErrorHandler(kind)
+	return func(ctx context.Context, r *cache.Reflector, err error) {
+		if ctx.Err() == nil && apierrors.IsForbidden(err) {
+			c.markForbidden(h, kind, err)
+		}
+		logErr(ctx, r, err)
+	}
 }
 
 // watchErrorHandler logs and counts list/watch failures; client-go

@@ -2,6 +2,7 @@ package kubesource_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"slices"
 	"strconv"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -41,7 +43,9 @@ func TestKubernetesSource(t *testing.T) {
 	waitBootstrapped(t, a)
 	t.Run("core kinds flow with cluster, uid and resourceVersion", func(t *testing.T) { testCoreKinds(t, a) })
 	t.Run("restart and relist publish nothing unchanged", func(t *testing.T) { testRestartAndRelist(t, a) })
+	t.Run("a restart after status-only writes publishes nothing", func(t *testing.T) { testRestartAfterTrimmedWrites(t, a) })
 	t.Run("CRD discovery starts and stops watches", func(t *testing.T) { testCRDDiscovery(t, a) })
+	t.Run("a kind forbidden to list does not block the sync", func(t *testing.T) { testForbiddenKind(t, a) })
 	t.Run("Gateway API gating", func(t *testing.T) { testGatewayAPIGating(t, a) })
 	t.Run("many clusters", func(t *testing.T) { testManyClusters(t, a) })
 	t.Run("a cluster whose Secret went while ingest was down is deleted", func(t *testing.T) { testStaleSecretCluster(t, a) })
@@ -311,6 +315,167 @@ func testRestartAndRelist(t *testing.T, a *k8stest.Cluster) {
 	if got := ingesttest.Summaries(w.records(t)[n:]); len(got) != 1 {
 		t.Errorf("records after a relist and a barrier: %v, want only the barrier", got)
 	}
+}
+
+// testRestartAfterTrimmedWrites: a Pod and a Node written while ingest is
+// down only in fields the record drops (status) have a new resourceVersion
+// but the same record: the restart publishes nothing for them. A label
+// change afterwards is still published.
+func testRestartAfterTrimmedWrites(t *testing.T, a *k8stest.Cluster) {
+	kube := kubeClient(t, a.Config)
+	ctx := testCtx(t)
+	w := newWorld(t)
+	createNamespace(t, kube, "trimrestart")
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "app-0", Namespace: "trimrestart", Labels: map[string]string{"app": "web"}},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "example.com/app:1"}}},
+	}
+	if _, err := kube.CoreV1().Pods("trimrestart").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	node := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: "trimrestart-node"},
+		Status:     corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}},
+	}
+	if _, err := kube.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = kube.CoreV1().Nodes().Delete(testCtx(t), node.Name, metav1.DeleteOptions{}) })
+	opts := kubesource.Options{Clusters: alpha(a)}
+	r := w.start(t, opts)
+	podRec := w.waitRecord(t, "pod added", is(pb.Op_OP_ADD, "alpha", "Pod", "trimrestart", "app-0"))
+	w.waitRecord(t, "node added", is(pb.Op_OP_ADD, "alpha", "Node", "", node.Name))
+	r.stop(t)
+
+	// Down: status-only writes.
+	p, err := kube.CoreV1().Pods("trimrestart").Get(ctx, "app-0", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "app", Image: "example.com/app:1", RestartCount: 3}}
+	p, err = kube.CoreV1().Pods("trimrestart").UpdateStatus(ctx, p, metav1.UpdateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.ResourceVersion == podRec.Rec.GetResourceVersion() {
+		t.Fatalf("pod status write kept resourceVersion %s", p.ResourceVersion)
+	}
+	nd, err := kube.CoreV1().Nodes().Get(ctx, node.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nd.Status.Conditions[0].Reason = "KubeletReady"
+	if _, err := kube.CoreV1().Nodes().UpdateStatus(ctx, nd, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	n := len(w.records(t))
+	w.start(t, opts) // stopped at the end of the test
+	w.barrier(t, kube, "alpha", "trimrestart")
+	if got := ingesttest.Summaries(w.records(t)[n:]); len(got) != 1 {
+		t.Errorf("records after a restart over status-only writes and a barrier: %v, want only the barrier", got)
+	}
+
+	// A kept field still counts.
+	p.Labels["app"] = "web2"
+	if _, err := kube.CoreV1().Pods("trimrestart").Update(ctx, p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	isUpdate := is(pb.Op_OP_UPDATE, "alpha", "Pod", "trimrestart", "app-0")
+	rec := w.waitRecord(t, "pod label update", func(r ingesttest.Record) bool {
+		return isUpdate(r) && strings.Contains(string(r.Rec.GetObject()), `"web2"`)
+	})
+	var got corev1.Pod
+	if err := json.Unmarshal(rec.Rec.GetObject(), &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Labels["app"] != "web2" || got.ResourceVersion != rec.Rec.GetResourceVersion() {
+		t.Errorf("pod update record: labels %v, object rv %s, record rv %s", got.Labels, got.ResourceVersion, rec.Rec.GetResourceVersion())
+	}
+}
+
+// testForbiddenKind: the source's user may list everything but
+// DestinationRules. The cluster syncs anyway, reports the kind, and keeps
+// the DestinationRule recorded before; once granted, the kind is followed.
+func testForbiddenKind(t *testing.T, a *k8stest.Cluster) {
+	kube := kubeClient(t, a.Config)
+	dyn := dynClient(t, a.Config)
+	ctx := testCtx(t)
+	w := newWorld(t)
+	createNamespace(t, kube, "rbac")
+	crd := istioCRD(t, "DestinationRule")
+	installCRD(t, a.Config, crd)
+	t.Cleanup(func() { deleteCRD(t, a.Config, crd.Name) })
+	drGVR := schema.GroupVersionResource{Group: "networking.istio.io", Version: "v1", Resource: "destinationrules"}
+	dr := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "networking.istio.io/v1", "kind": "DestinationRule",
+		"metadata": map[string]any{"name": "reviews", "namespace": "rbac"},
+		"spec":     map[string]any{"host": "reviews"},
+	}}
+	if _, err := dyn.Resource(drGVR).Namespace("rbac").Create(ctx, dr, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	r := w.start(t, kubesource.Options{Clusters: alpha(a)})
+	w.waitRecord(t, "destination rule added", is(pb.Op_OP_ADD, "alpha", "DestinationRule", "rbac", "reviews"))
+	r.stop(t)
+
+	// A user that may read everything the source watches but DestinationRules.
+	rules := []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"services", "pods", "nodes", "namespaces"}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{"apiextensions.k8s.io"}, Resources: []string{"customresourcedefinitions"}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{"networking.istio.io"}, Resources: []string{"virtualservices", "gateways", "serviceentries", "sidecars", "workloadentries", "workloadgroups"}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{"security.istio.io", "telemetry.istio.io", "extensions.istio.io", "gateway.networking.k8s.io"}, Resources: []string{"*"}, Verbs: []string{"get", "list", "watch"}},
+	}
+	role, err := kube.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "pilotwire-limited"}, Rules: rules}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = kube.RbacV1().ClusterRoles().Delete(testCtx(t), role.Name, metav1.DeleteOptions{}) })
+	binding := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "pilotwire-limited"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: role.Name},
+		Subjects:   []rbacv1.Subject{{APIGroup: "rbac.authorization.k8s.io", Kind: "User", Name: "pilotwire-limited"}},
+	}
+	if _, err := kube.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = kube.RbacV1().ClusterRoleBindings().Delete(testCtx(t), binding.Name, metav1.DeleteOptions{})
+	})
+	limited := rest.CopyConfig(a.Config)
+	limited.Impersonate = rest.ImpersonationConfig{UserName: "pilotwire-limited"}
+
+	n := len(w.records(t))
+	r = w.start(t, kubesource.Options{Clusters: []kubesource.ClusterConfig{{ID: "alpha", Config: limited}}})
+	const drKind = "DestinationRule.networking.istio.io/v1"
+	if got := states(r.ready); len(got) != 1 || got[0] != kubesource.StateSynced {
+		t.Fatalf("cluster states at ready: %v, want synced (status %+v)", got, r.ready)
+	}
+	if !slices.Contains(r.ready[0].ForbiddenKinds, drKind) {
+		t.Errorf("forbidden kinds at ready: %v, want %s", r.ready[0].ForbiddenKinds, drKind)
+	}
+	if v := w.metric(t, "pilotwire_ingest_kube_forbidden_kinds", map[string]string{"cluster": "alpha", "kind": "DestinationRule.networking.istio.io"}); v != 1 {
+		t.Errorf("pilotwire_ingest_kube_forbidden_kinds = %v, want 1", v)
+	}
+	w.barrier(t, kube, "alpha", "rbac")
+	if got := ingesttest.Summaries(w.records(t)[n:]); len(got) != 1 {
+		t.Errorf("records after a sync without DestinationRules and a barrier: %v, want only the barrier", got)
+	}
+
+	// Granted: the kind lists (client-go retries) and is followed.
+	role.Rules = append(role.Rules, rbacv1.PolicyRule{APIGroups: []string{"networking.istio.io"}, Resources: []string{"destinationrules"}, Verbs: []string{"get", "list", "watch"}})
+	if _, err := kube.RbacV1().ClusterRoles().Update(ctx, role, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ingesttest.WaitFor(t, ctx, "the DestinationRule kind to list", func() (bool, string) {
+		st, _ := r.status("alpha")
+		return len(st.ForbiddenKinds) == 0, fmt.Sprint("forbidden kinds: ", st.ForbiddenKinds)
+	})
+	if err := dyn.Resource(drGVR).Namespace("rbac").Delete(ctx, "reviews", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	w.waitRecord(t, "destination rule deleted", is(pb.Op_OP_DELETE, "alpha", "DestinationRule", "rbac", "reviews"))
 }
 
 func testCRDDiscovery(t *testing.T, a *k8stest.Cluster) {

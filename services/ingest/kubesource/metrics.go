@@ -34,6 +34,7 @@ type metrics struct {
 	events     *prometheus.CounterVec
 	errors     *prometheus.CounterVec
 	kinds      *prometheus.GaugeVec
+	forbidden  *prometheus.GaugeVec
 	depth      *prometheus.GaugeVec
 	adds       *prometheus.CounterVec
 	processed  *prometheus.CounterVec
@@ -68,6 +69,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "pilotwire_ingest_kube_watched_kinds",
 			Help: "Kinds watched per cluster (core kinds plus installed, enabled CRD kinds).",
 		}, []string{"cluster"})),
+		forbidden: promreg.Register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "pilotwire_ingest_kube_forbidden_kinds",
+			Help: "1 for each watched kind the API server forbids the source to list (RBAC), by cluster and kind; the cluster syncs without it.",
+		}, []string{"cluster", "kind"})),
 		depth: promreg.Register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "pilotwire_ingest_kube_queue_depth",
 			Help: "Keys waiting in a cluster's work queue.",
@@ -95,6 +100,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 func (m *metrics) forget(cluster string) {
 	m.synced.DeleteLabelValues(cluster)
 	m.kinds.DeleteLabelValues(cluster)
+	m.forbidden.DeletePartialMatch(prometheus.Labels{"cluster": cluster})
 	m.depth.DeleteLabelValues(cluster)
 	m.syncedSecs.DeleteLabelValues(cluster)
 }

@@ -41,8 +41,9 @@ type Sink interface {
 	// (each failure logged and counted, then passed to onFailure if set)
 	// until it succeeds or ctx ends.
 	StartRetrying(ctx context.Context, onFailure func(err error, wait time.Duration)) error
-	// Sync makes the stream hold exactly desired.
-	Sync(ctx context.Context, desired []publish.Object) (publish.Result, error)
+	// SyncKeeping makes the stream hold exactly desired, but for the
+	// objects keep reports (kinds the source cannot list), left as they are.
+	SyncKeeping(ctx context.Context, desired []publish.Object, keep func(publish.Key) bool) (publish.Result, error)
 	// Apply publishes individual changes.
 	Apply(ctx context.Context, changes ...publish.Change) (publish.Result, error)
 	// Live lists the objects the stream holds for the cluster.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
@@ -208,14 +209,48 @@ func (c *cluster) toObject(gvk schema.GroupVersionKind, obj any) (publish.Object
 	if err != nil {
 		return publish.Object{}, fmt.Errorf("%s %s/%s: %w", kindLabel(gvk.GroupKind()), m.GetNamespace(), m.GetName(), err)
 	}
+	content, err := contentVersion(obj)
+	if err != nil {
+		return publish.Object{}, fmt.Errorf("%s %s/%s: %w", kindLabel(gvk.GroupKind()), m.GetNamespace(), m.GetName(), err)
+	}
 	return publish.Object{
 		Key:             publish.Key{Group: gvk.Group, Kind: gvk.Kind, Namespace: m.GetNamespace(), Name: m.GetName()},
 		Version:         gvk.Version,
 		UID:             string(m.GetUID()),
 		ResourceVersion: m.GetResourceVersion(),
+		ContentVersion:  content,
 		JSON:            data,
 		Source:          c.source(),
 	}, nil
+}
+
+// contentVersion is the publish.ContentVersion of a trimmed kind's record
+// without its resourceVersion, or "" for kinds kept whole. Pods and Nodes
+// are written often in fields the record drops (container statuses,
+// heartbeats): their resourceVersion moves while the record stays the same.
+// The informer sees that as unchanged (see unchanged); the content version
+// lets the publisher see it too after a restart, when the informer has
+// nothing older to compare with. The stored object is shared: it is copied
+// (shallowly, to blank one field), never changed.
+func contentVersion(obj any) (string, error) {
+	var v any
+	switch o := obj.(type) {
+	case *corev1.Pod:
+		cp := *o
+		cp.ResourceVersion = ""
+		v = &cp
+	case *corev1.Node:
+		cp := *o
+		cp.ResourceVersion = ""
+		v = &cp
+	default:
+		return "", nil
+	}
+	data, err := json.Marshal(v)
+	if err != nil {
+		return "", err
+	}
+	return publish.ContentVersion(data), nil
 }
 
 // source is the records' source field: "kube:<origin>".

@@ -48,6 +48,14 @@ type Object struct {
 	// ResourceVersion is the Kubernetes resourceVersion; empty means
 	// ContentVersion(JSON).
 	ResourceVersion string
+	// ContentVersion, when set, stands for the record's content apart from
+	// its resourceVersion (a hash, see ContentVersion): the publisher then
+	// takes an object as unchanged when it equals the live record's, even
+	// if the resourceVersion moved. A source whose records drop fields
+	// (a Pod's container statuses, a Node's heartbeats) sets it, so that a
+	// write only to dropped fields is no change, also across a restart. It
+	// travels in the record's ContentVersionHeader.
+	ContentVersion string
 	// JSON is the whole object. For a delete it may be nil: the publisher
 	// then takes the last object recorded on the stream.
 	JSON []byte
@@ -67,6 +75,10 @@ func Upsert(o Object) Change { return Change{Object: o} }
 
 // Delete reports o as gone. Only o.Key is required.
 func Delete(o Object) Change { return Change{Delete: true, Object: o} }
+
+// ContentVersionHeader carries a record's Object.ContentVersion, when the
+// source gave one.
+const ContentVersionHeader = "Pilotwire-Content-Version"
 
 // ContentVersion is the resourceVersion of an object that has none: "h-"
 // and 16 hex digits of the SHA-256 of its (canonical) JSON.

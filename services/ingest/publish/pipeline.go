@@ -153,7 +153,10 @@ func (p *Publisher) plan(ctx context.Context, c Change) (*outMsg, Result, error)
 		if rv == "" {
 			rv = ContentVersion(o.JSON)
 		}
-		if live && cur.rv == rv && (o.UID == "" || o.UID == cur.uid) {
+		// The same resourceVersion is the same object; with a content
+		// version, so is the same content under another one.
+		same := cur != nil && (cur.rv == rv || (o.ContentVersion != "" && cur.content == o.ContentVersion))
+		if live && same && (o.UID == "" || o.UID == cur.uid) {
 			res.Unchanged++
 			return nil, res, nil
 		}
@@ -203,11 +206,17 @@ func (p *Publisher) plan(ctx context.Context, c Change) (*outMsg, Result, error)
 		rec = p.record(k, version, m.op, cur.uid, rv, obj, source)
 	}
 	m.e = entry{uid: rec.Uid, rv: rec.ResourceVersion, version: rec.Ref.Version, source: rec.Source, live: m.op != pb.Op_OP_DELETE}
+	if m.op != pb.Op_OP_DELETE && o.ContentVersion != "" {
+		m.e.content = o.ContentVersion
+	}
 	m.id = MsgID(p.opts.Cluster, rec.Uid, rec.ResourceVersion, m.op, prevSeq)
 	m.msg = &nats.Msg{Subject: p.opts.Names.ChangeSubject(p.opts.Cluster, rec.Ref), Header: nats.Header{}}
 	m.msg.Header[jetstream.MsgIDHeader] = []string{m.id}
 	m.msg.Header[jetstream.ExpectedStreamHeader] = []string{p.opts.Names.ChangesStream()}
 	m.msg.Header[jetstream.ExpectedLastSubjSeqHeader] = []string{strconv.FormatUint(prevSeq, 10)}
+	if m.e.content != "" {
+		m.msg.Header[ContentVersionHeader] = []string{m.e.content}
+	}
 	data, err := proto.Marshal(rec)
 	if err != nil {
 		return nil, res, fmt.Errorf("marshal change record %s: %w", k, err)
@@ -431,7 +440,7 @@ func (p *Publisher) resolveConflict(ctx context.Context, m *outMsg, res *Result)
 		return true, nil
 	}
 	p.log.Warn("object was changed by another writer; re-planning", "key", m.key.String(), "seq", raw.Sequence)
-	p.absorb(raw.Subject, raw.Data, raw.Sequence)
+	p.absorb(raw.Subject, raw.Data, raw.Header.Get(ContentVersionHeader), raw.Sequence)
 	p.metrics.objects.Set(float64(p.live))
 	return true, nil
 }

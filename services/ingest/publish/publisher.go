@@ -133,6 +133,7 @@ func (r *Result) add(o Result) {
 // entry is what the stream says about one object: its subject's last record.
 type entry struct {
 	uid, rv, version, source string
+	content                  string // Object.ContentVersion of the record, if any
 	seq                      uint64
 	live                     bool // the last record is not a DELETE
 }
@@ -230,6 +231,13 @@ func (p *Publisher) Apply(ctx context.Context, changes ...Change) (Result, error
 // objects that differ are published, and every live object of the cluster
 // that desired lacks is deleted.
 func (p *Publisher) Sync(ctx context.Context, desired []Object) (Result, error) {
+	return p.SyncKeeping(ctx, desired, nil)
+}
+
+// SyncKeeping is Sync but for the live objects keep (if not nil) reports,
+// which are left as they are: a source that cannot see some of its objects
+// (a Kubernetes kind it may not list) says they are unknown, not gone.
+func (p *Publisher) SyncKeeping(ctx context.Context, desired []Object, keep func(Key) bool) (Result, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	changes := make([]Change, 0, len(desired))
@@ -240,7 +248,7 @@ func (p *Publisher) Sync(ctx context.Context, desired []Object) (Result, error) 
 	}
 	var gone []Key
 	for k, e := range p.state {
-		if _, ok := want[k]; e.live && !ok {
+		if _, ok := want[k]; e.live && !ok && (keep == nil || !keep(k)) {
 			gone = append(gone, k)
 		}
 	}

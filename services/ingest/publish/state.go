@@ -51,19 +51,20 @@ func (p *Publisher) load(ctx context.Context, s jetstream.Stream) error {
 		if err != nil {
 			return fmt.Errorf("read current objects: metadata: %w", err)
 		}
-		p.absorb(msg.Subject(), msg.Data(), meta.Sequence.Stream)
+		p.absorb(msg.Subject(), msg.Data(), msg.Headers().Get(ContentVersionHeader), meta.Sequence.Stream)
 		if meta.NumPending == 0 {
 			return nil
 		}
 	}
 }
 
-// absorb records a subject's last record, read from the stream. A record
+// absorb records a subject's last record, read from the stream, with its
+// ContentVersionHeader (content, possibly empty). A record
 // this publisher cannot read (undecodable, or from a writer version whose
 // shape it does not know) still moves the subject's sequence: it is
 // recorded as not live, so the next record follows it (and Sync never
 // deletes it), instead of expecting a sequence the subject has left.
-func (p *Publisher) absorb(subject string, data []byte, seq uint64) {
+func (p *Publisher) absorb(subject string, data []byte, content string, seq uint64) {
 	var rec pb.ChangeRecord
 	err := proto.Unmarshal(data, &rec)
 	if err == nil && rec.GetRef() != nil {
@@ -72,7 +73,7 @@ func (p *Publisher) absorb(subject string, data []byte, seq uint64) {
 			k := Key{Group: r.GetGroup(), Kind: r.GetKind(), Namespace: r.GetNamespace(), Name: r.GetName()}
 			p.setEntry(k, entry{
 				uid: rec.GetUid(), rv: rec.GetResourceVersion(), version: r.GetVersion(), source: rec.GetSource(),
-				seq: seq, live: rec.GetOp() != pb.Op_OP_DELETE,
+				content: content, seq: seq, live: rec.GetOp() != pb.Op_OP_DELETE,
 			})
 			return
 		}

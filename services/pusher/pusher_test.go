@@ -405,3 +405,22 @@ func testLogger() *slog.Logger {
 	}
 	return slog.New(slog.NewTextHandler(os.Stderr, nil))
 }
+
+// TestLatestGaugeAfterTakeOver: a pusher taking over reads the newest
+// PushRequest and its gauge says so at once, not only after the next
+// request (tests wait on it; so do operators).
+func TestLatestGaugeAfterTakeOver(t *testing.T) {
+	url := natstest.Start(t)
+	_, js := natstest.Connect(t, url)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.DefaultTimeout)
+	defer cancel()
+	if _, err := bus.EnsureStream(ctx, js, names.PushesConfig(bus.StreamOptions{})); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := proto.Marshal(&pb.PushRequest{Full: true, ThroughSeq: 42})
+	if _, err := js.Publish(ctx, names.PushesSubject(), b); err != nil {
+		t.Fatal(err)
+	}
+	h := runPusher(t, url, Config{})
+	testutil.Eventually(t, "latest gauge at the newest request", func() bool { return h.metric("pilotwire_pusher_latest_through_seq") == 42 })
+}

@@ -185,6 +185,7 @@ func runActive(ctx, leaseCtx context.Context, cfg Config, names bus.Names, pushe
 		pr := &pb.PushRequest{}
 		if err := proto.Unmarshal(last.Data, pr); err == nil {
 			p.latest = pr.GetThroughSeq()
+			p.m.latestSeq.Set(float64(p.latest))
 		}
 	}
 

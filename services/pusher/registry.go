@@ -29,6 +29,9 @@ func (p *Pusher) watchRegistry(ctx context.Context) {
 		if err != nil {
 			return // ctx ended
 		}
+		// The watcher does not follow ctx (nats.go uses it to set up only):
+		// stopping it closes Updates, so the loop ends with ctx.
+		stopWatch := context.AfterFunc(ctx, func() { _ = w.Stop() })
 		for e := range w.Updates() {
 			if e == nil {
 				p.initialSynced()
@@ -36,6 +39,7 @@ func (p *Pusher) watchRegistry(ctx context.Context) {
 			}
 			p.applyEntry(e)
 		}
+		stopWatch()
 		_ = w.Stop()
 	}
 }

@@ -77,6 +77,18 @@ func (c connConfig) connect() (*session, error) {
 
 func (s *session) close() { s.nc.Close() }
 
+// open bounds ctx by the configured timeout and connects; done closes
+// both. Every command that reads NATS starts with it.
+func (c connConfig) open(ctx context.Context) (context.Context, *session, func(), error) {
+	ctx, cancel := c.withTimeout(ctx)
+	s, err := c.connect()
+	if err != nil {
+		cancel()
+		return nil, nil, nil, err
+	}
+	return ctx, s, func() { s.close(); cancel() }, nil
+}
+
 // withTimeout bounds ctx by the configured timeout (none if it is 0).
 func (c connConfig) withTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
 	if c.Timeout <= 0 {

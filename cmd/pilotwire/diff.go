@@ -145,13 +145,11 @@ func runDiff(ctx context.Context, w io.Writer, c diffConfig) error {
 	if err != nil {
 		return fmt.Errorf("--to: %w", err)
 	}
-	ctx, cancel := c.withTimeout(ctx)
-	defer cancel()
-	s, err := c.connect()
+	ctx, s, done, err := c.open(ctx)
 	if err != nil {
 		return err
 	}
-	defer s.close()
+	defer done()
 	a, err := renderAt(ctx, s, r, from, types)
 	if err != nil {
 		return fmt.Errorf("--from: %w", err)

@@ -140,13 +140,11 @@ func runHistory(ctx context.Context, w io.Writer, c historyConfig, kind, name st
 			return fmt.Errorf("--until: %w", err)
 		}
 	}
-	ctx, cancel := c.withTimeout(ctx)
-	defer cancel()
-	s, err := c.connect()
+	ctx, s, done, err := c.open(ctx)
 	if err != nil {
 		return err
 	}
-	defer s.close()
+	defer done()
 	stream, err := s.js.Stream(ctx, s.names.ChangesStream())
 	if err != nil {
 		return fmt.Errorf("changes stream: %w", err)

@@ -69,13 +69,11 @@ func runProxyConfig(ctx context.Context, w io.Writer, c proxyConfigConfig, what,
 	if err != nil {
 		return fmt.Errorf("--at: %w", err)
 	}
-	ctx, cancel := c.withTimeout(ctx)
-	defer cancel()
-	s, err := c.connect()
+	ctx, s, done, err := c.open(ctx)
 	if err != nil {
 		return err
 	}
-	defer s.close()
+	defer done()
 	out, err := renderAt(ctx, s, r, at, []string{url})
 	if err != nil {
 		return err

@@ -374,13 +374,11 @@ func runRender(ctx context.Context, w io.Writer, c renderConfig) error {
 	if err != nil {
 		return fmt.Errorf("--at: %w", err)
 	}
-	ctx, cancel := c.withTimeout(ctx)
-	defer cancel()
-	s, err := c.connect()
+	ctx, s, done, err := c.open(ctx)
 	if err != nil {
 		return err
 	}
-	defer s.close()
+	defer done()
 	out, err := renderAt(ctx, s, r, at, types)
 	if err != nil {
 		return err

@@ -79,13 +79,11 @@ type statusReport struct {
 }
 
 func runStatus(ctx context.Context, w io.Writer, c connConfig) error {
-	ctx, cancel := c.withTimeout(ctx)
-	defer cancel()
-	s, err := c.connect()
+	ctx, s, done, err := c.open(ctx)
 	if err != nil {
 		return err
 	}
-	defer s.close()
+	defer done()
 	rep, err := status(ctx, s)
 	if err != nil {
 		return err

@@ -127,13 +127,11 @@ func covers(r *pb.PushRequest, seq uint64) bool {
 }
 
 func runTrace(ctx context.Context, w io.Writer, c traceConfig, arg string) error {
-	ctx, cancel := c.withTimeout(ctx)
-	defer cancel()
-	s, err := c.connect()
+	ctx, s, done, err := c.open(ctx)
 	if err != nil {
 		return err
 	}
-	defer s.close()
+	defer done()
 	rep, err := trace(ctx, s, c.Cluster, arg)
 	if err != nil {
 		return err

@@ -51,6 +51,12 @@ type frontend struct {
 // records, so the frontend serves once its model holds them.
 func startFrontend(t testing.TB, pre func(*frontend)) *frontend {
 	t.Helper()
+	return startFrontendTuned(t, pre, nil)
+}
+
+// startFrontendTuned is startFrontend with tune applied to the config.
+func startFrontendTuned(t testing.TB, pre func(*frontend), tune func(*Config)) *frontend {
+	t.Helper()
 	url := natstest.Start(t)
 	_, js := natstest.Connect(t, url)
 	names, _ := bus.NewNames("pw")
@@ -63,7 +69,7 @@ func startFrontend(t testing.TB, pre func(*frontend)) *frontend {
 	if pre != nil {
 		pre(f)
 	}
-	return runFrontend(t, url, "fe-1", nil)
+	return runFrontend(t, url, "fe-1", tune)
 }
 
 // runFrontend runs one more frontend on the NATS server at url.

@@ -35,6 +35,27 @@ type Config struct {
 	// admitted (0: no limit); the rest get ResourceExhausted.
 	NewStreamRate  float64
 	NewStreamBurst int
+	// Limits on one stream's behaviour (0 disables each). A stream over a
+	// limit is shed: closed with a gRPC status, a log line and a count in
+	// pilotwire_ads_streams_shed_total{reason}.
+	//
+	// MaxResourceNames bounds the names one stream may watch per type, in a
+	// request or a delta subscription (ResourceExhausted past it). Envoy and
+	// Istio have no such limit; the default, 50,000, is above the clusters
+	// one proxy of a very large mesh watches.
+	MaxResourceNames int
+	// RequestRate and RequestBurst bound the requests per second one stream
+	// may send (ResourceExhausted past them). A well-behaved proxy sends one
+	// request per response it gets; the defaults, 100/s with a burst of
+	// 1,000, only stop a client that sends in a loop (a NACK storm).
+	RequestRate  float64
+	RequestBurst int
+	// SendTimeout is how long a response may wait to be taken by the
+	// client's transport; a client that stops reading is shed after it
+	// (DeadlineExceeded). Istio's PILOT_XDS_SEND_TIMEOUT; Istio leaves it
+	// off (0), pilotwire defaults to 30s so a non-reading proxy cannot hold
+	// a connection loop and its push orders forever.
+	SendTimeout time.Duration
 	// MeshConfigPath is a mesh config file in Istio's MeshConfig YAML shape
 	// (outboundTrafficPolicy); "" uses Istio's defaults. Read once, at start.
 	MeshConfigPath string
@@ -54,6 +75,10 @@ func DefaultConfig() Config {
 		RecordDeliveries:  true,
 		NewStreamRate:     1000,
 		NewStreamBurst:    1000,
+		MaxResourceNames:  50000,
+		RequestRate:       100,
+		RequestBurst:      1000,
+		SendTimeout:       30 * time.Second,
 	}
 }
 
@@ -73,6 +98,10 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.TrustDomain, "trust-domain", svc.EnvString("PILOTWIRE_TRUST_DOMAIN", d.TrustDomain), "with --client-ca, the SPIFFE trust domain clients must have; empty accepts any (env PILOTWIRE_TRUST_DOMAIN)")
 	fs.Float64Var(&c.NewStreamRate, "new-stream-rate", float64(svc.EnvInt("PILOTWIRE_NEW_STREAM_RATE", int(d.NewStreamRate))), "new xDS streams admitted per second; the rest get ResourceExhausted; 0 disables (env PILOTWIRE_NEW_STREAM_RATE)")
 	fs.IntVar(&c.NewStreamBurst, "new-stream-burst", svc.EnvInt("PILOTWIRE_NEW_STREAM_BURST", d.NewStreamBurst), "burst of new streams admitted at once (env PILOTWIRE_NEW_STREAM_BURST)")
+	fs.IntVar(&c.MaxResourceNames, "max-resource-names", svc.EnvInt("PILOTWIRE_MAX_RESOURCE_NAMES", d.MaxResourceNames), "resource names one stream may watch per type; a stream asking for more is closed with ResourceExhausted; 0 disables (env PILOTWIRE_MAX_RESOURCE_NAMES)")
+	fs.Float64Var(&c.RequestRate, "stream-request-rate", float64(svc.EnvInt("PILOTWIRE_STREAM_REQUEST_RATE", int(d.RequestRate))), "xDS requests per second one stream may send; a stream over it is closed with ResourceExhausted; 0 disables (env PILOTWIRE_STREAM_REQUEST_RATE)")
+	fs.IntVar(&c.RequestBurst, "stream-request-burst", svc.EnvInt("PILOTWIRE_STREAM_REQUEST_BURST", d.RequestBurst), "burst of requests one stream may send at once (env PILOTWIRE_STREAM_REQUEST_BURST)")
+	fs.DurationVar(&c.SendTimeout, "xds-send-timeout", svc.EnvDuration("PILOT_XDS_SEND_TIMEOUT", d.SendTimeout), "a response not taken by the client's transport within this is abandoned and the stream closed with DeadlineExceeded (a client that stops reading); 0 disables, as Istio's default (env PILOT_XDS_SEND_TIMEOUT)")
 	fs.StringVar(&c.MeshConfigPath, "mesh-config", svc.EnvString("PILOTWIRE_MESH_CONFIG", d.MeshConfigPath), "mesh config file in Istio's MeshConfig YAML shape, e.g. outboundTrafficPolicy: {mode: REGISTRY_ONLY}; empty uses Istio's defaults (ALLOW_ANY) (env PILOTWIRE_MESH_CONFIG)")
 }
 

@@ -11,6 +11,7 @@ import (
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"golang.org/x/time/rate"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/peer"
@@ -85,6 +86,7 @@ type conn struct {
 	connected time.Time
 	log       *slog.Logger
 	notify    chan struct{} // cap 1: orders are waiting
+	limiter   *rate.Limiter // requests per second; nil: no limit
 
 	// the latest registry view of the connection, for debug endpoints
 	published atomic.Pointer[pb.ConnectionInfo]
@@ -110,6 +112,9 @@ func (s *Server) newConn(ctx context.Context, fixedType string) *conn {
 		connected: time.Now(),
 		notify:    make(chan struct{}, 1),
 		watches:   make(map[string]*watch),
+	}
+	if l := s.limits; l.requestRate > 0 {
+		c.limiter = rate.NewLimiter(rate.Limit(l.requestRate), max(l.requestBurst, 1))
 	}
 	if p, ok := peer.FromContext(ctx); ok {
 		c.peer = p.Addr.String()
@@ -153,8 +158,13 @@ func (c *conn) close() []orderRef {
 }
 
 // run is the connection's loop. One goroutine receives; this one owns all
-// state, answers requests and carries out push orders.
+// state, answers requests and carries out push orders. A stream shed for
+// its client's behaviour is counted and logged.
 func (c *conn) run() error {
+	return c.noteShed(c.serve())
+}
+
+func (c *conn) serve() error {
 	ctx := c.ctx
 	reqs := make(chan proto.Message)
 	recvErr := make(chan error, 1)
@@ -186,6 +196,9 @@ func (c *conn) run() error {
 	for {
 		select {
 		case req := <-reqs:
+			if c.limiter != nil && !c.limiter.Allow() {
+				return shed(codes.ResourceExhausted, "request_rate", "more than %g requests/s on one stream (--stream-request-rate): stream closed", c.s.limits.requestRate)
+			}
 			var err error
 			if r, ok := req.(*discovery.DeltaDiscoveryRequest); ok {
 				err = c.handleDelta(r)
@@ -235,13 +248,12 @@ func (c *conn) open(node *core.Node) error {
 	p, err := parseNode(node)
 	if err != nil {
 		c.s.metrics.badRequests.WithLabelValues("node").Inc()
-		c.log.Warn("rejecting stream", "err", err)
-		return status.Error(codes.InvalidArgument, err.Error())
+		return shed(codes.InvalidArgument, "node", "%s", err.Error())
 	}
 	if err := c.s.authorize(c.ctx, p); err != nil {
 		c.s.metrics.badRequests.WithLabelValues("identity").Inc()
-		c.log.Warn("rejecting stream", "node", p.ID, "err", err)
-		return err
+		st := status.Convert(err)
+		return shed(st.Code(), "identity", "node %s: %s", p.ID, st.Message())
 	}
 	c.proxy = p
 	c.log = c.log.With("node", p.ID)
@@ -262,12 +274,16 @@ func (c *conn) requestType(t string) (string, error) {
 		}
 		if t != c.fixedType {
 			c.s.metrics.badRequests.WithLabelValues("type_url").Inc()
-			return "", status.Errorf(codes.InvalidArgument, "type %s on a %s stream", t, shortType(c.fixedType))
+			return "", shed(codes.InvalidArgument, "type_url", "type %.256s on a %s stream", t, shortType(c.fixedType))
 		}
 	}
 	if t == "" {
 		c.s.metrics.badRequests.WithLabelValues("type_url").Inc()
-		return "", status.Error(codes.InvalidArgument, "request without type_url on an aggregated stream")
+		return "", shed(codes.InvalidArgument, "type_url", "request without type_url on an aggregated stream")
+	}
+	if !wellFormedType(t) {
+		c.s.metrics.badRequests.WithLabelValues("type_url").Inc()
+		return "", shed(codes.InvalidArgument, "type_url", "type_url %.256q is not type.googleapis.com/<message name>", t)
 	}
 	if !supportedType(t) {
 		// Unknown types (secrets, runtime, ...) get no answer; the proxy

@@ -29,6 +29,9 @@ func (c *conn) handleDelta(req *discovery.DeltaDiscoveryRequest) error {
 	if t == "" || err != nil {
 		return err
 	}
+	if err := c.checkNames(t, max(len(req.GetResourceNamesSubscribe()), len(req.GetInitialResourceVersions()))); err != nil {
+		return err
+	}
 	w, seen := c.watches[t]
 	if !seen {
 		w = &watch{typeURL: t, known: make(map[string]string), subscribed: make(map[string]bool)}
@@ -39,9 +42,16 @@ func (c *conn) handleDelta(req *discovery.DeltaDiscoveryRequest) error {
 		}
 	}
 	if nonce := req.GetResponseNonce(); nonce != "" {
-		switch {
-		case nonce != w.nonce:
+		stale := !seen // a first request's nonce is from an older stream
+		if seen {
+			if stale, err = c.checkNonce(w, nonce); err != nil {
+				return err
+			}
+		} else {
 			c.s.metrics.expiredNonce.WithLabelValues(shortType(t)).Inc()
+		}
+		switch {
+		case stale:
 		case req.GetErrorDetail() != nil:
 			c.nack(w, nonce, req.GetErrorDetail().GetMessage())
 			w.awaiting = false
@@ -51,6 +61,9 @@ func (c *conn) handleDelta(req *discovery.DeltaDiscoveryRequest) error {
 		}
 	}
 	changed, resend := w.applyDelta(req.GetResourceNamesSubscribe(), req.GetResourceNamesUnsubscribe(), !seen)
+	if err := c.checkNames(t, len(w.subscribed)); err != nil {
+		return err
+	}
 	c.subsChanged = c.subsChanged || changed || !seen
 	if !changed && !resend && seen && !w.alwaysRespond {
 		return c.flushDeferred() // what the answer above released
@@ -179,7 +192,7 @@ func (c *conn) respondDelta(mesh *model.Mesh, w *watch, force bool, pushID uint6
 		Nonce:             nonce,
 	}
 	sendStart := time.Now()
-	err = c.delta.Send(resp)
+	err = c.sendTimed(func() error { return c.delta.Send(resp) })
 	c.s.metrics.sendTime.Observe(time.Since(sendStart).Seconds())
 	c.s.metrics.configSize.WithLabelValues(shortType(w.typeURL)).Observe(float64(bytes))
 	if err != nil {

@@ -14,6 +14,7 @@ type metrics struct {
 	expiredNonce    *prometheus.CounterVec
 	sendErrors      *prometheus.CounterVec
 	badRequests     *prometheus.CounterVec
+	shed            *prometheus.CounterVec
 	badRecords      prometheus.Counter
 	appliedSeq      prometheus.Gauge
 	orders          *prometheus.CounterVec
@@ -53,6 +54,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"type"}),
 		badRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pilotwire_ads_bad_requests_total", Help: "Malformed xDS requests, by reason.",
+		}, []string{"reason"}),
+		shed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pilotwire_ads_streams_shed_total", Help: "Streams this frontend closed because of what their client did, by reason (node, identity, type_url, too_many_names, forged_nonce, request_rate, send_timeout).",
 		}, []string{"reason"}),
 		internalErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "pilot_total_xds_internal_errors", Help: "Config objects (or parts of them) the model ignores as invalid or conflicting; /debug/configz lists them.",
@@ -120,7 +124,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	marshals := prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "pilotwire_xds_marshals_total", Help: "xDS resources marshalled (once per resource version, shared by every proxy).",
 	}, func() float64 { return float64(xdsgen.Marshals()) })
-	reg.MustRegister(marshals, m.routers, m.connections, m.pushes, m.rejects, m.expiredNonce, m.sendErrors, m.badRequests,
+	reg.MustRegister(marshals, m.routers, m.connections, m.pushes, m.rejects, m.expiredNonce, m.sendErrors, m.badRequests, m.shed,
 		m.badRecords, m.appliedSeq, m.orders, m.ordersDropped, m.responseBytes, m.registryErrors,
 		m.deliveryDrops, m.admitRejects, m.convergence, m.pushTime, m.sendTime, m.configSize, m.deferred, m.reregistrations, m.doneErrors, m.generateErrors)
 	return m

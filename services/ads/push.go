@@ -123,6 +123,12 @@ func (c *conn) ack(w *watch, nonce, version string) {
 // nack records and counts a rejection. It is never answered with the same
 // config; the next change is sent as usual.
 func (c *conn) nack(w *watch, nonce, msg string) {
+	if w.nackedNonce == nonce {
+		// The same rejection again (a NACK storm): said once is enough.
+		c.s.metrics.badRequests.WithLabelValues("repeated_nack").Inc()
+		return
+	}
+	w.nackedNonce = nonce
 	w.nackError = msg
 	c.s.metrics.rejects.WithLabelValues(shortType(w.typeURL)).Inc()
 	c.log.Warn("config rejected", "type", shortType(w.typeURL), "version", w.sentVersion, "nonce", nonce, "err", msg)

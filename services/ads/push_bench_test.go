@@ -20,23 +20,10 @@ import (
 // frontend's side of a push, from the order to every PushDone.
 func BenchmarkPushEndpointChange(b *testing.B) {
 	const services, proxies = 100, 300
-	f := startFrontend(b, func(f *frontend) {
-		for i := range services {
-			name := fmt.Sprintf("s%03d", i)
-			f.publish(b, pb.Op_OP_ADD, "", "Service", service("default", name, 80))
-			var addrs []string
-			for e := range 10 {
-				addrs = append(addrs, fmt.Sprintf("10.%d.0.%d", i, e+1))
-			}
-			f.publish(b, pb.Op_OP_ADD, "discovery.k8s.io", "EndpointSlice", slice("default", name, 8080, addrs...))
-		}
-	})
+	f := startFrontend(b, meshOf(b, services))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var clusters []string
-	for i := range services {
-		clusters = append(clusters, fmt.Sprintf("outbound|80||s%03d.default.svc.cluster.local", i))
-	}
+	clusters := clusterNames(services)
 	for range proxies {
 		c := dial(ctx, b, f.addr, sidecar())
 		c.send(&discovery.DiscoveryRequest{TypeUrl: resource.ClusterType})

@@ -77,6 +77,12 @@ func Run(ctx context.Context, cfg Config, d svc.Deps) error {
 		conns:   make(map[string]*conn),
 
 		meshConfig: meshCfg,
+		limits: streamLimits{
+			maxNames:     cfg.MaxResourceNames,
+			requestRate:  cfg.RequestRate,
+			requestBurst: cfg.RequestBurst,
+			sendTimeout:  cfg.SendTimeout,
+		},
 	}
 	if d.HTTP != nil {
 		s.registerDebug(d.HTTP.Handle)

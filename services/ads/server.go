@@ -34,6 +34,7 @@ type Server struct {
 	drainOnce sync.Once
 	connSeq   atomic.Uint64
 	limiter   *rate.Limiter  // nil: no admission limit
+	limits    streamLimits   // what one stream may do
 	identity  *identityCheck // nil: no TLS identity check
 	responses responseCache  // shared by connections with alike watches
 

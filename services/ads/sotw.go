@@ -23,6 +23,9 @@ func (c *conn) handleRequest(req *discovery.DiscoveryRequest) error {
 	if t == "" || err != nil {
 		return err
 	}
+	if err := c.checkNames(t, len(req.GetResourceNames())); err != nil {
+		return err
+	}
 	w, seen := c.watches[t]
 	if !seen {
 		w = &watch{typeURL: t}
@@ -34,10 +37,10 @@ func (c *conn) handleRequest(req *discovery.DiscoveryRequest) error {
 		// after a reconnect, says nothing about this one.
 		nonce = ""
 	}
-	if nonce != "" && nonce != w.nonce {
-		// An answer to an older response: the newer one is in flight.
-		c.s.metrics.expiredNonce.WithLabelValues(shortType(t)).Inc()
-		return nil
+	if stale, err := c.checkNonce(w, nonce); stale || err != nil {
+		// An answer to an older response (the newer one is in flight), or
+		// to one never sent.
+		return err
 	}
 	old := w.names
 	if nonce != "" && req.GetErrorDetail() != nil {
@@ -90,12 +93,12 @@ func (c *conn) answerNames(w *watch, old []string) error {
 		return c.answer(w)
 	}
 	for n := range w.sentRes {
-		if !slices.Contains(w.names, n) {
+		if _, ok := slices.BinarySearch(w.names, n); !ok {
 			delete(w.sentRes, n)
 		}
 	}
 	for _, n := range w.names {
-		if !slices.Contains(old, n) {
+		if _, ok := slices.BinarySearch(old, n); !ok {
 			w.forgotten = true // added: not with the client, whatever sentRes says
 			delete(w.sentRes, n)
 		}
@@ -142,7 +145,7 @@ func (c *conn) respond(mesh *model.Mesh, w *watch, force bool, pushID uint64) (b
 		Nonce:       nonce,
 	}
 	sendStart := time.Now()
-	err = c.sotw.Send(resp)
+	err = c.sendTimed(func() error { return c.sotw.Send(resp) })
 	c.s.metrics.sendTime.Observe(time.Since(sendStart).Seconds())
 	c.s.metrics.configSize.WithLabelValues(shortType(w.typeURL)).Observe(float64(r.bytes))
 	if err != nil {

@@ -74,6 +74,7 @@ type watch struct {
 	// client's answers
 	ackedVersion string
 	nackError    string
+	nackedNonce  string // nonce of the last NACK, to tell a repeat
 	sentAt       time.Time
 	ackedAt      time.Time
 }

@@ -9,8 +9,21 @@ PROTOC_GEN_GO_VERSION := v1.36.12
 STATICCHECK_VERSION := v0.8.2
 GOBIN := $(shell $(GO) env GOPATH)/bin
 TEST_TIMEOUT ?= 15m
+# make fuzz: how long each fuzz target runs (the issue asks 10m each before a release).
+FUZZTIME ?= 10s
+# package:target of every fuzz test; seeds live in <package>/testdata/fuzz/<target>/.
+FUZZ_TARGETS := \
+	./services/ingest/manifest:FuzzParseManifest \
+	./pkg/model:FuzzApply \
+	./pkg/bus:FuzzEscapeToken \
+	./pkg/debounce:FuzzBatchMerge \
+	./services/debouncer:FuzzToEvent \
+	./services/pusher:FuzzRequestMerge \
+	./services/pusher:FuzzSyncedRanges \
+	./services/ads:FuzzSotWRequests \
+	./services/ads:FuzzDeltaRequests
 
-.PHONY: help build run test test-short check-tree check-deps proto proto-check lint vet tidy-check tools k8s-binaries bench bench-full bench-go clean
+.PHONY: help build run test test-short check-tree check-deps proto proto-check lint vet tidy-check tools k8s-binaries bench bench-full bench-go fuzz clean
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -78,6 +91,13 @@ bench-full: build ## pilotwire vs go-control-plane, the whole matrix (100/1000/5
 
 bench-go: ## run the Go benchmarks of the hot paths
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
+
+fuzz: ## run every fuzz target for FUZZTIME each (default 10s; a crasher lands in the package's testdata/fuzz)
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; name=$${t##*:}; \
+		echo "fuzz $$name ($$pkg, $(FUZZTIME))"; \
+		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) $$pkg; \
+	done
 
 clean: ## remove build output and the default data dir
 	rm -rf $(BIN) .data

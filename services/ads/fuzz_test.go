@@ -83,9 +83,9 @@ func FuzzSotWRequests(f *testing.F) {
 	})
 }
 
-// FuzzDeltaRequests does the same for incremental requests.
-func FuzzDeltaRequests(f *testing.F) {
+func seedDeltaRequests() [][]byte {
 	node := &core.Node{Id: "sidecar~10.0.0.1~a-0.default~default.svc.cluster.local"}
+	var out [][]byte
 	for _, r := range []*discovery.DeltaDiscoveryRequest{
 		{Node: node, TypeUrl: resource.ClusterType},
 		{Node: node, TypeUrl: resource.EndpointType, ResourceNamesSubscribe: []string{"x", "*"}, ResourceNamesUnsubscribe: []string{"x"}},
@@ -97,6 +97,14 @@ func FuzzDeltaRequests(f *testing.F) {
 		{Node: node, TypeUrl: resource.EndpointType, ResourceNamesSubscribe: []string{"a", "b", "c"}, ResourceNamesUnsubscribe: []string{"a"}, ResponseNonce: "fe-1-1"},
 	} {
 		b, _ := proto.Marshal(r)
+		out = append(out, b)
+	}
+	return out
+}
+
+// FuzzDeltaRequests does the same for incremental requests.
+func FuzzDeltaRequests(f *testing.F) {
+	for _, b := range seedDeltaRequests() {
 		f.Add(b)
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {

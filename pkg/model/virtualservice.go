@@ -165,7 +165,10 @@ type routeIndex struct {
 	// sourceLabels: some http match reads sourceLabels, so routes depend
 	// on the proxy's workload labels.
 	sourceLabels bool
-	memo         memo
+	// restricted: some VirtualService is not public, or matches on
+	// sourceNamespace, so namespaces may see different routes.
+	restricted bool
+	memo       memo
 }
 
 func emptyRoutes() *routeIndex { return &routeIndex{} }
@@ -257,10 +260,16 @@ func buildRoutes(vss []*VirtualServiceInput, gws []*GatewayInput, defaultExportT
 			Hosts: spec.GetHosts(), Gateways: gws, ExportTo: exportOf(in), Spec: spec, From: from, object: in.Object,
 		}
 		x.all = append(x.all, vs)
+		if !slices.Contains(vs.ExportTo, "*") {
+			x.restricted = true
+		}
 		for _, h := range spec.GetHttp() {
 			for _, m := range h.GetMatch() {
 				if len(m.GetSourceLabels()) > 0 {
 					x.sourceLabels = true
+				}
+				if m.GetSourceNamespace() != "" {
+					x.restricted = true
 				}
 			}
 		}
@@ -440,13 +449,13 @@ func grpcUnsupported(spec *networkingv1.VirtualService, report func(string, ...a
 		var what []string
 		switch {
 		case h.GetRedirect() != nil:
-			what = append(what, "redirect (route left out)")
+			what = append(what, "redirect")
 		case h.GetDirectResponse() != nil:
-			what = append(what, "directResponse (route left out)")
+			what = append(what, "directResponse")
 		}
 		for _, m := range h.GetMatch() {
 			if len(m.GetQueryParams()) > 0 {
-				what = append(what, "queryParams match (route left out)")
+				what = append(what, "queryParams matches")
 				break
 			}
 		}
@@ -463,11 +472,8 @@ func grpcUnsupported(spec *networkingv1.VirtualService, report func(string, ...a
 			what = append(what, "corsPolicy")
 		}
 		if len(what) > 0 {
-			report("http[%d]: proxyless gRPC clients do not support %s: left out of their config", i, strings.Join(slices.Compact(what), ", "))
+			report("http[%d]: proxyless gRPC clients do not support %s: left out of their config (a redirect, directResponse or queryParams match leaves out the route)", i, strings.Join(what, ", "))
 		}
-	}
-	if len(spec.GetTcp())+len(spec.GetTls()) > 0 {
-		report("tcp and tls routes do not apply to proxyless gRPC clients: left out of their config")
 	}
 }
 
@@ -550,10 +556,12 @@ func (m *Mesh) VirtualServiceFor(ns, host string) *VirtualService {
 }
 
 // VirtualServiceView names what VirtualServices a proxy in namespace ns
-// sees: proxies with equal views get the same routes. "" when the mesh
-// has none.
+// sees: proxies with equal views get the same routes. "" is the view of
+// every namespace without a Sidecar when all VirtualServices are public
+// and none matches on sourceNamespace.
 func (m *Mesh) VirtualServiceView(ns string) string {
-	if len(m.content.routes.all) == 0 {
+	x := m.content.routes
+	if len(x.all) == 0 || !x.restricted && m.content.sidecars.forNamespace(ns) == nil {
 		return ""
 	}
 	return ns
@@ -581,6 +589,9 @@ func (x *routeIndex) routeProblems(byHost map[string]*Service) []Problem {
 	for _, v := range x.all {
 		for i, h := range v.Spec.GetHttp() {
 			for j, r := range h.GetRoute() {
+				if r.GetWeight() == 0 && len(h.GetRoute()) > 1 {
+					continue // takes no traffic
+				}
 				check(v, fmt.Sprintf("http[%d].route[%d]", i, j), r.GetDestination())
 			}
 		}

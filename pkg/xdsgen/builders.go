@@ -1,6 +1,7 @@
 package xdsgen
 
 import (
+	"slices"
 	"sync"
 	"time"
 
@@ -96,12 +97,12 @@ func rdsManager(statPrefix, routeConfig string) *hcmv3.HttpConnectionManager {
 // it: codec chosen by the client (AUTO), WebSocket upgrades allowed, no
 // stream idle timeout, paths normalised but escaped slashes kept, the
 // client's address not trusted for internal/external decisions. Routes
-// come over RDS (rds != "") or inline.
-func sidecarManager(statPrefix, rds string, inline *routev3.RouteConfiguration, http2 bool) *listenerv3.Filter {
+// come over RDS (rds != "") or inline. filters go before the router.
+func sidecarManager(statPrefix, rds string, inline *routev3.RouteConfiguration, http2 bool, filters ...*hcmv3.HttpFilter) *listenerv3.Filter {
 	h := &hcmv3.HttpConnectionManager{
 		StatPrefix:                   statPrefix,
 		CodecType:                    hcmv3.HttpConnectionManager_AUTO,
-		HttpFilters:                  []*hcmv3.HttpFilter{routerFilter()},
+		HttpFilters:                  append(slices.Clip(filters), routerFilter()),
 		UseRemoteAddress:             wrapperspb.Bool(false),
 		UpgradeConfigs:               []*hcmv3.HttpConnectionManager_UpgradeConfig{{UpgradeType: "websocket"}},
 		StreamIdleTimeout:            durationpb.New(0),

@@ -42,6 +42,31 @@ type Proxy struct {
 	Namespace string
 	// Mesh holds the mesh-wide settings; nil is Istio's defaults.
 	Mesh *meshconfig.MeshConfig
+	// Labels are the workload's labels (VirtualService sourceLabels,
+	// Gateway selectors); nil finds them on the endpoints with address IP.
+	Labels map[string]string
+}
+
+// workloadLabels are p's labels: its own, else those of an endpoint with
+// its IP.
+func (p Proxy) workloadLabels(full *model.Mesh) map[string]string {
+	if p.Labels != nil || p.IP == "" {
+		return p.Labels
+	}
+	idx := full.Memo(keyLabelIndex, func() any {
+		out := make(map[string]map[string]string)
+		for _, svc := range full.Services {
+			for _, port := range svc.Ports {
+				for _, ep := range port.Endpoints {
+					if _, ok := out[ep.Address]; !ok && ep.Labels != nil {
+						out[ep.Address] = ep.Labels
+					}
+				}
+			}
+		}
+		return out
+	}).(map[string]map[string]string)
+	return idx[p.IP]
 }
 
 // Generate returns every resource of type typeURL that g produces for m,
@@ -109,12 +134,14 @@ func generateFor(full *model.Mesh, p Proxy, typeURL string) (*Set, error) {
 		return memoSet(m, key, false, func() (*Set, error) { return envoyClusterSet(m, in, p.Namespace) })
 	case typeURL == resource.ListenerType:
 		in := inboundFor(m, p.IP)
-		key := proxyKey{gen: Envoy, typeURL: typeURL, mode: mode, inbound: in.envoyKey()}
+		labels := p.workloadLabels(full)
+		key := proxyKey{gen: Envoy, typeURL: typeURL, mode: mode, inbound: in.envoyKey(), ns: m.VirtualServiceView(p.Namespace), labels: labelsKey(m, labels)}
 		// Listeners of headless services follow their endpoints.
-		return memoSet(m, key, hasHeadlessListeners(m), func() (*Set, error) { return envoyListenerSet(m, in, mode) })
+		return memoSet(m, key, hasHeadlessListeners(m), func() (*Set, error) { return envoyListenerSet(m, in, mode, p.Namespace, labels) })
 	case typeURL == resource.RouteType:
-		key := proxyKey{gen: Envoy, typeURL: typeURL, mode: mode, ns: p.Namespace}
-		return memoSet(m, key, false, func() (*Set, error) { return envoyRouteSet(m, p.Namespace, mode) })
+		labels := p.workloadLabels(full)
+		key := proxyKey{gen: Envoy, typeURL: typeURL, mode: mode, ns: p.Namespace, labels: labelsKey(m, labels)}
+		return memoSet(m, key, false, func() (*Set, error) { return envoyRouteSet(m, p.Namespace, labels, mode) })
 	}
 	return nil, fmt.Errorf("unsupported type %q", typeURL)
 }
@@ -140,6 +167,7 @@ type proxyKey struct {
 	rules   string
 	inbound string
 	ip      string
+	labels  string
 }
 
 var (
@@ -155,6 +183,7 @@ var (
 	keyInboundIndex any = memoKey{Envoy, "inbound-index"}          // per mesh, reads endpoints
 	keyHTTPPorts    any = memoKey{Envoy, "http-ports"}             // per mesh
 	keyGRPCOut      any = memoKey{GRPC, "outbound-listeners"}      // per service
+	keyLabelIndex   any = memoKey{Envoy, "label-index"}            // per mesh, reads endpoints
 )
 
 type setResult struct {

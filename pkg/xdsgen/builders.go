@@ -80,16 +80,15 @@ var routerFilter = sync.OnceValue(func() *hcmv3.HttpFilter {
 })
 
 // rdsManager is an HTTP connection manager whose routes come over ADS, with
-// the router as its only (and so last, as gRPC requires) filter. For
-// proxyless gRPC.
-func rdsManager(statPrefix, routeConfig string) *hcmv3.HttpConnectionManager {
+// filters and the router last (as gRPC requires). For proxyless gRPC.
+func rdsManager(statPrefix, routeConfig string, filters ...*hcmv3.HttpFilter) *hcmv3.HttpConnectionManager {
 	return &hcmv3.HttpConnectionManager{
 		StatPrefix: statPrefix,
 		RouteSpecifier: &hcmv3.HttpConnectionManager_Rds{Rds: &hcmv3.Rds{
 			ConfigSource:    adsSource(),
 			RouteConfigName: routeConfig,
 		}},
-		HttpFilters: []*hcmv3.HttpFilter{routerFilter()},
+		HttpFilters: append(slices.Clip(filters), routerFilter()),
 	}
 }
 

@@ -113,8 +113,9 @@ func generateFor(full *model.Mesh, p Proxy, typeURL string) (*Set, error) {
 		key := proxyKey{gen: GRPC, typeURL: typeURL, rules: m.DestinationRuleView(p.Namespace)}
 		return memoSet(m, key, false, func() (*Set, error) { return grpcClusterSet(m, p.Namespace) })
 	case p.Generator == GRPC && typeURL == resource.RouteType:
-		key := proxyKey{gen: GRPC, typeURL: typeURL, rules: m.DestinationRuleView(p.Namespace)}
-		return memoSet(m, key, false, func() (*Set, error) { return grpcRouteSet(m, p.Namespace) })
+		labels := p.workloadLabels(full)
+		key := proxyKey{gen: GRPC, typeURL: typeURL, rules: m.DestinationRuleView(p.Namespace), ns: m.VirtualServiceView(p.Namespace), labels: labelsKey(m, labels)}
+		return memoSet(m, key, false, func() (*Set, error) { return grpcRouteSet(m, p.Namespace, labels) })
 	case p.Generator == GRPC && typeURL == resource.ListenerType:
 		in := inboundFor(m, p.IP)
 		if in == nil {

@@ -144,18 +144,9 @@ spec:
 	routedService(t, dir, "flaky", map[string]int{"v1": flakyPort})
 
 	p := pipelinetest.Start(t, dir)
-	resolver, err := xds.NewXDSResolverWithConfigForTesting(grpcBootstrap(p.ADSAddr, "10.244.0.9", "client-0"))
-	if err != nil {
-		t.Fatalf("xds resolver: %v", err)
-	}
+	dialTarget := xdsDialer(t, p.ADSAddr)
 	dial := func(host string) testgrpc.TestServiceClient {
-		target := "xds:///" + host + ".default.svc.cluster.local:8080"
-		cc, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithResolvers(resolver))
-		if err != nil {
-			t.Fatalf("dial %s: %v", target, err)
-		}
-		t.Cleanup(func() { cc.Close() })
-		return testgrpc.NewTestServiceClient(cc)
+		return dialTarget("xds:///" + host + ".default.svc.cluster.local:8080")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), testutil.DefaultTimeout)
 	defer cancel()
@@ -279,5 +270,24 @@ spec:
 		if n := p.Metric(t, fe, "pilot_total_xds_rejects"); n != 0 {
 			t.Errorf("%s: clients rejected %v responses", fe, n)
 		}
+	}
+}
+
+// xdsDialer returns a dialer of xds:/// targets through grpc-go's xDS
+// client, bootstrapped against the ADS server at ads as the sidecar
+// client-0 in namespace default.
+func xdsDialer(t *testing.T, ads string) func(target string) testgrpc.TestServiceClient {
+	t.Helper()
+	resolver, err := xds.NewXDSResolverWithConfigForTesting(grpcBootstrap(ads, "10.244.0.9", "client-0"))
+	if err != nil {
+		t.Fatalf("xds resolver: %v", err)
+	}
+	return func(target string) testgrpc.TestServiceClient {
+		cc, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithResolvers(resolver))
+		if err != nil {
+			t.Fatalf("dial %s: %v", target, err)
+		}
+		t.Cleanup(func() { cc.Close() })
+		return testgrpc.NewTestServiceClient(cc)
 	}
 }

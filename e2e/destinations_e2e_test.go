@@ -189,26 +189,9 @@ func equalEndpoints(got, want map[string][]string) bool {
 // waitResponse receives the next response of typeURL, failing when ctx ends.
 func waitResponse(ctx context.Context, t *testing.T, c *adsClient, typeURL string) *discovery.DiscoveryResponse {
 	t.Helper()
-	type result struct {
-		resp *discovery.DiscoveryResponse
-		err  error
+	resp := recvAny(ctx, t, c)
+	if resp.GetTypeUrl() != typeURL {
+		t.Fatalf("got %s, want %s", resp.GetTypeUrl(), typeURL)
 	}
-	ch := make(chan result, 1)
-	go func() {
-		r, err := c.stream.Recv()
-		ch <- result{r, err}
-	}()
-	select {
-	case r := <-ch:
-		if r.err != nil {
-			t.Fatalf("recv: %v", r.err)
-		}
-		if r.resp.GetTypeUrl() != typeURL {
-			t.Fatalf("got %s, want %s", r.resp.GetTypeUrl(), typeURL)
-		}
-		return r.resp
-	case <-ctx.Done():
-		t.Fatalf("no %s response: %v", typeURL, ctx.Err())
-	}
-	return nil
+	return resp
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"slices"
 	"sync/atomic"
 	"testing"
 
@@ -14,6 +15,13 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/xds"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	resource "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 
 	"github.com/pilotwire/pilotwire/internal/testkit/pipelinetest"
 	"github.com/pilotwire/pilotwire/internal/testkit/testutil"
@@ -289,5 +297,194 @@ func xdsDialer(t *testing.T, ads string) func(target string) testgrpc.TestServic
 		}
 		t.Cleanup(func() { cc.Close() })
 		return testgrpc.NewTestServiceClient(cc)
+	}
+}
+
+// routerFiles is an ingress gateway router (Pod ingress-0 with
+// istio=ingressgateway at 10.244.5.1, data only, behind the Service
+// istio-ingressgateway) and a Service web in shop with subsets v1 and v2,
+// exposed on the gateway's port 80 for shop.example.com by a
+// VirtualService splitting v1/v2.
+func routerFiles(t *testing.T, dir string, v1, v2 int) {
+	t.Helper()
+	pipelinetest.WriteFile(t, dir, "ingress.yaml", `apiVersion: v1
+kind: Service
+metadata: {name: istio-ingressgateway, namespace: istio-system}
+spec:
+  clusterIP: 10.96.9.1
+  ports:
+  - {name: http, port: 80}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: ingress-0, namespace: istio-system, labels: {istio: ingressgateway}}
+status: {podIP: 10.244.5.1}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: ingress-0, namespace: istio-system, labels: {kubernetes.io/service-name: istio-ingressgateway}}
+addressType: IPv4
+ports:
+- {name: http, port: 8080}
+endpoints:
+- addresses: ["10.244.5.1"]
+  targetRef: {kind: Pod, namespace: istio-system, name: ingress-0}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: shop}
+spec:
+  clusterIP: 10.96.9.2
+  ports:
+  - {name: http, port: 8080}
+---
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: web, namespace: shop}
+spec:
+  host: web
+  subsets:
+  - {name: v1, labels: {version: v1}}
+  - {name: v2, labels: {version: v2}}
+---
+apiVersion: networking.istio.io/v1
+kind: Gateway
+metadata: {name: ingress, namespace: istio-system}
+spec:
+  selector: {istio: ingressgateway}
+  servers:
+  - port: {number: 80, name: http, protocol: HTTP}
+    hosts: ["shop/shop.example.com"]
+`)
+	pipelinetest.WriteFile(t, dir, "shop-vs.yaml", fmt.Sprintf(`apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: shop, namespace: shop}
+spec:
+  hosts: [shop.example.com]
+  gateways: [istio-system/ingress]
+  http:
+  - route:
+    - {destination: {host: web, subset: v1}, weight: %d}
+    - {destination: {host: web, subset: v2}, weight: %d}
+`, v1, v2))
+}
+
+// routerState is what a raw ADS client acting as a router last received,
+// by type.
+type routerState map[string]*discovery.DiscoveryResponse
+
+// follow reads responses (ACKing each, with names[type] as the
+// subscription) into st until done holds.
+func (st routerState) follow(ctx context.Context, t *testing.T, c *adsClient, names map[string][]string, done func() bool) {
+	t.Helper()
+	for !done() {
+		resp := recvAny(ctx, t, c)
+		st[resp.GetTypeUrl()] = resp
+		c.ack(resp, names[resp.GetTypeUrl()]...)
+	}
+}
+
+// recvAny receives the next response of any type, failing the test when
+// ctx ends first.
+func recvAny(ctx context.Context, t *testing.T, c *adsClient) *discovery.DiscoveryResponse {
+	t.Helper()
+	type result struct {
+		resp *discovery.DiscoveryResponse
+		err  error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		r, err := c.stream.Recv()
+		ch <- result{r, err}
+	}()
+	select {
+	case r := <-ch:
+		if r.err != nil {
+			t.Fatalf("recv: %v", r.err)
+		}
+		return r.resp
+	case <-ctx.Done():
+		t.Fatalf("no response: %v", ctx.Err())
+	}
+	return nil
+}
+
+// TestRouterGateway connects a raw ADS client as an ingress gateway router
+// (node id router~...) through the whole pipeline: for an Istio Gateway
+// selecting its workload it gets a bound listener on the server's port
+// whose routes (RDS http.80) send shop.example.com to the subset clusters
+// it also gets over CDS, every resource valid; editing the VirtualService
+// pushes the new weights.
+func TestRouterGateway(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end test")
+	}
+	dir := t.TempDir()
+	routerFiles(t, dir, 90, 10)
+	p := pipelinetest.Start(t, dir)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.DefaultTimeout)
+	defer cancel()
+	ads := newADSClient(ctx, t, p.ADSAddr)
+	ads.node = &core.Node{Id: "router~10.244.5.1~ingress-0.istio-system~istio-system.svc.cluster.local"}
+
+	const v1, v2 = "outbound|8080|v1|web.shop.svc.cluster.local", "outbound|8080|v2|web.shop.svc.cluster.local"
+	names := map[string][]string{resource.RouteType: {"http.80"}}
+	st := routerState{}
+	for _, typeURL := range []string{resource.ClusterType, resource.ListenerType, resource.RouteType} {
+		ads.send(&discovery.DiscoveryRequest{TypeUrl: typeURL, ResourceNames: names[typeURL]})
+	}
+	weights := func() map[string]uint32 {
+		rcs := decode(t, st[resource.RouteType], func() *route.RouteConfiguration { return &route.RouteConfiguration{} })
+		out := map[string]uint32{}
+		for _, vh := range rcs["http.80"].GetVirtualHosts() {
+			if !slices.Equal(vh.GetDomains(), []string{"shop.example.com"}) {
+				continue
+			}
+			for _, r := range vh.GetRoutes() {
+				for _, c := range r.GetRoute().GetWeightedClusters().GetClusters() {
+					out[c.GetName()] = c.GetWeight().GetValue()
+				}
+			}
+		}
+		return out
+	}
+	ready := func(w1, w2 uint32) func() bool {
+		return func() bool {
+			if st[resource.ClusterType] == nil || st[resource.ListenerType] == nil || st[resource.RouteType] == nil {
+				return false
+			}
+			clusters := decode(t, st[resource.ClusterType], newCluster)
+			_, ok1 := clusters[v1]
+			_, ok2 := clusters[v2]
+			w := weights()
+			return ok1 && ok2 && w[v1] == w1 && w[v2] == w2
+		}
+	}
+	st.follow(ctx, t, ads, names, ready(90, 10))
+
+	listeners := decode(t, st[resource.ListenerType], func() *listener.Listener { return &listener.Listener{} })
+	l := listeners["0.0.0.0_80"]
+	if l == nil {
+		t.Fatalf("no listener 0.0.0.0_80 among %v", keys(listeners))
+	}
+	if l.GetBindToPort() != nil && !l.GetBindToPort().GetValue() {
+		t.Error("the gateway listener does not bind its port")
+	}
+	if got := l.GetAddress().GetSocketAddress().GetPortValue(); got != 80 {
+		t.Errorf("listener port %d, want 80", got)
+	}
+	hcm := &hcmv3.HttpConnectionManager{}
+	if err := l.GetFilterChains()[0].GetFilters()[0].GetTypedConfig().UnmarshalTo(hcm); err != nil {
+		t.Fatal(err)
+	}
+	if got := hcm.GetRds().GetRouteConfigName(); got != "http.80" {
+		t.Errorf("listener routes by %q, want http.80", got)
+	}
+
+	// The weights follow an edit of the VirtualService.
+	routerFiles(t, dir, 30, 70)
+	st.follow(ctx, t, ads, names, ready(30, 70))
+	if n := p.Metric(t, "fe-0", "pilot_total_xds_rejects"); n != 0 {
+		t.Errorf("rejected %v responses", n)
 	}
 }

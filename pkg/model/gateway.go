@@ -115,3 +115,7 @@ func (m *Mesh) GatewaysFor(labels map[string]string) []*Gateway {
 
 // HasGateways reports whether the mesh has any Gateway.
 func (m *Mesh) HasGateways() bool { return len(m.content.routes.gateways) > 0 }
+
+// HostMatches reports whether pattern (a host, "*" or "*.suffix") matches
+// host.
+func HostMatches(pattern, host string) bool { return hostMatches(pattern, host) }

@@ -89,12 +89,9 @@ func (l *l4Routes) chains(port int32, ip string) ([]*listenerv3.FilterChain, *li
 			}
 			// Envoy rejects two chains with the same match: the first keeps
 			// each SNI.
-			sni := slices.DeleteFunc(slices.Clone(mt.GetSniHosts()), func(h string) bool { return seen[h] })
+			sni := claimSNI(seen, mt.GetSniHosts())
 			if len(sni) == 0 {
 				continue
-			}
-			for _, h := range sni {
-				seen[h] = true
 			}
 			tlsChains = append(tlsChains, &listenerv3.FilterChain{
 				FilterChainMatch: &listenerv3.FilterChainMatch{ServerNames: sni, TransportProtocol: "tls"},
@@ -161,4 +158,14 @@ func l4Proxy(m *model.Mesh, statPrefix string, dests []*networkingv1.RouteDestin
 		tp.ClusterSpecifier = &tcpproxyv3.TcpProxy_WeightedClusters{WeightedClusters: wc}
 	}
 	return &listenerv3.Filter{Name: tcpProxyName, ConfigType: &listenerv3.Filter_TypedConfig{TypedConfig: mustAny(tp)}}
+}
+
+// claimSNI returns the hosts not in seen and adds them: Envoy rejects two
+// chains with the same match, so the first route keeps each SNI.
+func claimSNI(seen map[string]bool, hosts []string) []string {
+	out := slices.DeleteFunc(slices.Clone(hosts), func(h string) bool { return seen[h] })
+	for _, h := range out {
+		seen[h] = true
+	}
+	return out
 }

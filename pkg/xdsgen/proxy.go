@@ -21,8 +21,9 @@ const (
 	// Sidecar is a proxy next to a workload (node id "sidecar~..."), and
 	// every proxyless gRPC client.
 	Sidecar NodeType = iota
-	// Router is a gateway (node id "router~..."). Gateways are not
-	// translated yet: a router gets the outbound clusters only.
+	// Router is a gateway (node id "router~..."): it serves the Istio
+	// Gateways selecting its workload (gateway.go) and gets every outbound
+	// cluster.
 	Router
 )
 
@@ -127,8 +128,12 @@ func generateFor(full *model.Mesh, p Proxy, typeURL string) (*Set, error) {
 	case p.Type == Router && typeURL == resource.ClusterType:
 		key := proxyKey{gen: Envoy, typeURL: "router-clusters", rules: m.DestinationRuleView(p.Namespace)}
 		return memoSet(m, key, false, func() (*Set, error) { return routerClusterSet(m, p.Namespace) })
-	case p.Type == Router && (typeURL == resource.ListenerType || typeURL == resource.RouteType):
-		return emptySet(typeURL), nil
+	case p.Type == Router && typeURL == resource.ListenerType:
+		key, gws := routerKey(full, m, p, typeURL)
+		return memoSet(m, key, false, func() (*Set, error) { return routerListenerSet(m, p.Namespace, gws) })
+	case p.Type == Router && typeURL == resource.RouteType:
+		key, gws := routerKey(full, m, p, typeURL)
+		return memoSet(m, key, false, func() (*Set, error) { return routerRouteSet(m, p.Namespace, gws) })
 	case typeURL == resource.ClusterType:
 		in := inboundFor(m, p.IP)
 		key := proxyKey{gen: Envoy, typeURL: typeURL, inbound: in.envoyKey(), rules: m.DestinationRuleView(p.Namespace)}
@@ -207,17 +212,6 @@ func memoSet(m *model.Mesh, key any, endpoints bool, build func() (*Set, error))
 	}
 	return r.set, r.err
 }
-
-// emptySets holds an empty set per type. Shared, read-only.
-var emptySets = func() map[string]*Set {
-	out := make(map[string]*Set)
-	for _, t := range TypeURLs() {
-		out[t] = newSet(t, nil)
-	}
-	return out
-}()
-
-func emptySet(typeURL string) *Set { return emptySets[typeURL] }
 
 // inboundPort is one port the proxy's pod serves: an endpoint of a service
 // port with the pod's address.

@@ -528,31 +528,54 @@ func (m *Mesh) VirtualServices(ns, gateway string) []*VirtualService {
 
 type scopedVSKey struct{ ns string }
 
-// VirtualServiceFor returns the VirtualService whose http routes a sidecar
-// in namespace ns uses for host: the first (in [Mesh.VirtualServices]
-// order) with host among its hosts, else the first with the most specific
+// VirtualServiceFor returns the VirtualService whose routes a sidecar in
+// namespace ns uses for host: the first (in [Mesh.VirtualServices] order)
+// with host among its hosts, else the first with the most specific
 // wildcard matching it; nil when none.
 func (m *Mesh) VirtualServiceFor(ns, host string) *VirtualService {
-	vss := m.VirtualServices(ns, MeshGateway)
-	if len(vss) == 0 {
+	if len(m.content.routes.all) == 0 {
 		return nil
+	}
+	idx := m.content.routes.memo.get(hostIndexKey{ns}, func() any {
+		idx := &vsHostIndex{exact: map[string]*VirtualService{}}
+		for _, v := range m.VirtualServices(ns, MeshGateway) {
+			if len(v.Spec.GetHttp()) == 0 && len(v.Spec.GetTcp()) == 0 && len(v.Spec.GetTls()) == 0 {
+				continue
+			}
+			for _, h := range v.Hosts {
+				if strings.HasPrefix(h, "*") {
+					idx.wildcards = append(idx.wildcards, wildcardVS{h, v})
+				} else if idx.exact[h] == nil {
+					idx.exact[h] = v
+				}
+			}
+		}
+		return idx
+	}).(*vsHostIndex)
+	if v := idx.exact[host]; v != nil {
+		return v
 	}
 	var best *VirtualService
 	bestLen := -1
-	for _, v := range vss {
-		if len(v.Spec.GetHttp()) == 0 && len(v.Spec.GetTcp()) == 0 && len(v.Spec.GetTls()) == 0 {
-			continue
-		}
-		for _, h := range v.Hosts {
-			if h == host {
-				return v
-			}
-			if strings.HasPrefix(h, "*") && hostMatches(h, host) && len(h) > bestLen {
-				best, bestLen = v, len(h)
-			}
+	for _, w := range idx.wildcards {
+		if hostMatches(w.host, host) && len(w.host) > bestLen {
+			best, bestLen = w.vs, len(w.host)
 		}
 	}
 	return best
+}
+
+type hostIndexKey struct{ ns string }
+
+// vsHostIndex finds the VirtualService of a host for one namespace.
+type vsHostIndex struct {
+	exact     map[string]*VirtualService
+	wildcards []wildcardVS // in VirtualServices order
+}
+
+type wildcardVS struct {
+	host string
+	vs   *VirtualService
 }
 
 // VirtualServiceView names what VirtualServices a proxy in namespace ns

@@ -515,7 +515,7 @@ func (m *Mesh) VirtualServices(ns, gateway string) []*VirtualService {
 	if gateway != MeshGateway || sc == nil || len(all) == 0 {
 		return all
 	}
-	return m.content.routes.memo.get(scopedVSKey{ns}, func() any {
+	return m.content.routes.memo.get(scopedVSKey{ns, sc}, func() any {
 		var out []*VirtualService
 		for _, v := range all {
 			if slices.ContainsFunc(v.Hosts, func(h string) bool { return sc.allowsHost(ns, v.Namespace, h) }) {
@@ -526,7 +526,12 @@ func (m *Mesh) VirtualServices(ns, gateway string) []*VirtualService {
 	}).([]*VirtualService)
 }
 
-type scopedVSKey struct{ ns string }
+// scopedVSKey and hostIndexKey name memos of the route index that also
+// read a Sidecar scope: the index outlives Sidecar changes.
+type scopedVSKey struct {
+	ns string
+	sc *sidecarScope
+}
 
 // VirtualServiceFor returns the VirtualService whose routes a sidecar in
 // namespace ns uses for host: the first (in [Mesh.VirtualServices] order)
@@ -536,7 +541,7 @@ func (m *Mesh) VirtualServiceFor(ns, host string) *VirtualService {
 	if len(m.content.routes.all) == 0 {
 		return nil
 	}
-	idx := m.content.routes.memo.get(hostIndexKey{ns}, func() any {
+	idx := m.content.routes.memo.get(hostIndexKey{ns, m.content.sidecars.forNamespace(ns)}, func() any {
 		idx := &vsHostIndex{exact: map[string]*VirtualService{}}
 		for _, v := range m.VirtualServices(ns, MeshGateway) {
 			if len(v.Spec.GetHttp()) == 0 && len(v.Spec.GetTcp()) == 0 && len(v.Spec.GetTls()) == 0 {
@@ -565,7 +570,10 @@ func (m *Mesh) VirtualServiceFor(ns, host string) *VirtualService {
 	return best
 }
 
-type hostIndexKey struct{ ns string }
+type hostIndexKey struct {
+	ns string
+	sc *sidecarScope
+}
 
 // vsHostIndex finds the VirtualService of a host for one namespace.
 type vsHostIndex struct {

@@ -197,11 +197,18 @@ func TestVirtualServiceSidecarScope(t *testing.T) {
 			"hosts": []any{"web"},
 			"http":  []any{map[string]any{"route": []any{route("web", "", 0)}}},
 		})),
-		add("c1", istioObj(KindSidecar, "client", "default", "2024-01-01T00:00:00Z", map[string]any{
-			"egress": []any{map[string]any{"hosts": []any{"other/*"}}},
-		})),
 	)
+	// The client sees the VirtualService, until a Sidecar scopes it out.
+	if got := s.Snapshot().VirtualServiceFor("client", Hostname("ns", "web")); got == nil {
+		t.Fatal("client does not see the VirtualService without a Sidecar")
+	}
+	applyAll(t, s, add("c1", istioObj(KindSidecar, "client", "default", "2024-01-01T00:00:00Z", map[string]any{
+		"egress": []any{map[string]any{"hosts": []any{"other/*"}}},
+	})))
 	m := s.Snapshot()
+	if got := m.VirtualServiceFor("client", Hostname("ns", "web")); got != nil {
+		t.Errorf("after the Sidecar, client still uses %s", got.Name)
+	}
 	if got := m.VirtualServices("client", MeshGateway); len(got) != 0 {
 		t.Errorf("a Sidecar importing only other/* sees %v", vsNames(got))
 	}

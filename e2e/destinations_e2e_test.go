@@ -10,10 +10,8 @@ import (
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/xds"
 
 	"github.com/pilotwire/pilotwire/internal/testkit/pipelinetest"
 	"github.com/pilotwire/pilotwire/internal/testkit/testutil"
@@ -107,18 +105,7 @@ spec:
 `, static.port))
 
 	p := pipelinetest.Start(t, dir)
-	resolver, err := xds.NewXDSResolverWithConfigForTesting(grpcBootstrap(p.ADSAddr, "10.244.0.9", "client-0"))
-	if err != nil {
-		t.Fatalf("xds resolver: %v", err)
-	}
-	dial := func(target string) testgrpc.TestServiceClient {
-		cc, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithResolvers(resolver))
-		if err != nil {
-			t.Fatalf("dial %s: %v", target, err)
-		}
-		t.Cleanup(func() { cc.Close() })
-		return testgrpc.NewTestServiceClient(cc)
-	}
+	dial := xdsDialer(t, p.ADSAddr)
 	ctx, cancel := context.WithTimeout(context.Background(), testutil.DefaultTimeout)
 	defer cancel()
 
@@ -202,26 +189,9 @@ func equalEndpoints(got, want map[string][]string) bool {
 // waitResponse receives the next response of typeURL, failing when ctx ends.
 func waitResponse(ctx context.Context, t *testing.T, c *adsClient, typeURL string) *discovery.DiscoveryResponse {
 	t.Helper()
-	type result struct {
-		resp *discovery.DiscoveryResponse
-		err  error
+	resp := recvAny(ctx, t, c)
+	if resp.GetTypeUrl() != typeURL {
+		t.Fatalf("got %s, want %s", resp.GetTypeUrl(), typeURL)
 	}
-	ch := make(chan result, 1)
-	go func() {
-		r, err := c.stream.Recv()
-		ch <- result{r, err}
-	}()
-	select {
-	case r := <-ch:
-		if r.err != nil {
-			t.Fatalf("recv: %v", r.err)
-		}
-		if r.resp.GetTypeUrl() != typeURL {
-			t.Fatalf("got %s, want %s", r.resp.GetTypeUrl(), typeURL)
-		}
-		return r.resp
-	case <-ctx.Done():
-		t.Fatalf("no %s response: %v", typeURL, ctx.Err())
-	}
-	return nil
+	return resp
 }

@@ -4,7 +4,8 @@
 // change-stream sequence order) from one writer and keeps every object of
 // every kind. Services (core/v1), EndpointSlices (discovery.k8s.io/v1), Pods
 // (their labels and IP), and Istio's DestinationRules, ServiceEntries and
-// WorkloadEntries (istio.io/api networking/v1) are decoded; other kinds are
+// WorkloadEntries, Sidecars, VirtualServices and Gateways (istio.io/api
+// networking/v1) are decoded; other kinds are
 // only validated.
 //
 // [Store.Snapshot] returns a [Mesh]: an immutable view of the services and
@@ -33,4 +34,9 @@
 //   - DestinationRules apply with Istio's precedence ([Mesh.DestinationRule]);
 //     ServiceEntries are services named by their hosts; what is invalid or
 //     conflicting is ignored on its own and listed by [Mesh.Problems].
+//   - VirtualServices and Istio Gateways enter through one seam
+//     (virtualservice.go) that converted Gateway API routes join; delegates
+//     are inlined and several VirtualServices for a host merged as Istio
+//     does ([Mesh.VirtualServiceFor], [Mesh.VirtualServices],
+//     [Mesh.GatewaysFor]).
 package model

@@ -32,6 +32,8 @@ type meshContent struct {
 	rules *ruleIndex
 	// problems lists the objects (or parts) ignored, sorted. Read-only.
 	problems []Problem
+	// routes indexes the VirtualServices and Gateways; never nil.
+	routes *routeIndex
 	// sidecars indexes the Sidecars; nil when there are none.
 	sidecars *sidecarIndex
 	// defaultPolicy is the mesh config's defaultTrafficPolicy, or nil.
@@ -215,7 +217,7 @@ func NewMesh(seq uint64, services []*Service) (*Mesh, error) {
 			s.config = new(memo)
 		}
 	}
-	return &Mesh{Seq: seq, Services: svcs, content: &meshContent{byHost: byHost, config: new(memo), rules: emptyRules()}}, nil
+	return &Mesh{Seq: seq, Services: svcs, content: &meshContent{byHost: byHost, config: new(memo), rules: emptyRules(), routes: emptyRoutes()}}, nil
 }
 
 // withSeq returns a mesh with the same content at a later sequence.

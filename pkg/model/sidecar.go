@@ -90,20 +90,7 @@ func (x *sidecarIndex) forNamespace(ns string) *sidecarScope {
 // allows reports whether a proxy in namespace proxyNS may see svc.
 func (sc *sidecarScope) allows(proxyNS string, svc *Service) bool {
 	for _, h := range sc.hosts {
-		switch h.ns {
-		case "~":
-			continue
-		case "*":
-		case ".":
-			if svc.Namespace != proxyNS {
-				continue
-			}
-		default:
-			if svc.Namespace != h.ns {
-				continue
-			}
-		}
-		if hostMatches(h.host, svc.Hostname) {
+		if h.importsFrom(proxyNS, svc.Namespace) && hostMatches(h.host, svc.Hostname) {
 			return true
 		}
 	}
@@ -136,7 +123,7 @@ func (m *Mesh) ScopeFor(ns string) *Mesh {
 		}
 		config := m.ConfigMemo(scopeConfigKey{ns}, func() any { return new(memo) }).(*memo)
 		return &scopedMesh{services: svcs, content: &meshContent{
-			byHost: byHost, rules: m.content.rules, problems: m.content.problems,
+			byHost: byHost, rules: m.content.rules, routes: m.content.routes, problems: m.content.problems,
 			defaultPolicy: m.content.defaultPolicy, sidecars: m.content.sidecars, config: config,
 		}}
 	}).(*scopedMesh)

@@ -102,6 +102,13 @@ func (s *Store) rebuild() *Mesh {
 		s.sidecarsDirty = false
 		s.problemsDirty = true
 	}
+	routingChanged := s.routingDirty
+	if s.routingDirty {
+		vss, gws := s.routingInputs()
+		s.routeIdx = buildRoutes(vss, gws, orPublic(s.meshCfg.Proto().GetDefaultVirtualServiceExportTo()), s.routeIdx)
+		s.routingDirty = false
+		s.problemsDirty = true
+	}
 	for sk := range s.dirty {
 		host := Hostname(sk.Namespace, sk.Name)
 		old := r.prev.content.byHost[host]
@@ -135,7 +142,7 @@ func (s *Store) rebuild() *Mesh {
 		problems = s.problems(r.current())
 		s.problemsDirty = false
 	}
-	if r.byHost == nil && slices.Equal(problems, r.prev.content.problems) && !rulesChanged && !sidecarsChanged {
+	if r.byHost == nil && slices.Equal(problems, r.prev.content.problems) && !rulesChanged && !sidecarsChanged && !routingChanged {
 		return r.prev.withSeq(s.applied)
 	}
 	byHost := r.current()
@@ -151,11 +158,11 @@ func (s *Store) rebuild() *Mesh {
 		}
 	}
 	config := r.prev.content.config
-	if r.reorder || r.configChanged || rulesChanged || sidecarsChanged {
+	if r.reorder || r.configChanged || rulesChanged || sidecarsChanged || routingChanged {
 		config = new(memo)
 	}
 	return &Mesh{Seq: s.applied, Services: services, content: &meshContent{
-		byHost: byHost, config: config, rules: s.ruleIdx, problems: problems,
+		byHost: byHost, config: config, rules: s.ruleIdx, routes: s.routeIdx, problems: problems,
 		defaultPolicy: s.meshCfg.DefaultTrafficPolicy(), sidecars: s.sidecarIdx,
 	}}
 }
@@ -195,6 +202,8 @@ func (s *Store) problems(byHost map[string]*Service) []Problem {
 	var out []Problem
 	out = append(out, s.ruleIdx.problems...)
 	out = append(out, s.entryProblems...)
+	out = append(out, s.routeIdx.problems...)
+	out = append(out, s.routeIdx.routeProblems(byHost)...)
 	if s.sidecarIdx != nil {
 		out = append(out, s.sidecarIdx.problems...)
 	}

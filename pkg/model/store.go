@@ -51,6 +51,11 @@ type Store struct {
 	entries   map[ObjectKey]*storedEntry
 	workloads map[ObjectKey]*storedWorkload
 	sidecars  map[ObjectKey]*storedSidecar
+	// Routing config (virtualservice.go); routingDirty when any changed.
+	virtualServices map[ObjectKey]*VirtualServiceInput
+	gateways        map[ObjectKey]*GatewayInput
+	routingDirty    bool
+	routeIdx        *routeIndex
 	// undecodable: objects whose last record could not be decoded (the
 	// previous version stays), reported as problems.
 	undecodable map[ObjectKey]string
@@ -82,6 +87,8 @@ type entry struct {
 	se                   *storedEntry
 	we                   *storedWorkload
 	sidecar              *storedSidecar
+	vs                   *VirtualServiceInput
+	gw                   *GatewayInput
 }
 
 // Option configures a [Store].
@@ -97,26 +104,30 @@ func WithMeshConfig(c *meshconfig.MeshConfig) Option {
 func NewStore(opts ...Option) *Store {
 	empty, _ := NewMesh(0, nil)
 	s := &Store{
-		objects:     make(map[ObjectKey]*entry),
-		services:    make(map[serviceKey]map[string]*corev1.Service),
-		slices:      make(map[serviceKey]map[sliceID]*discoveryv1.EndpointSlice),
-		sliceOwner:  make(map[ObjectKey]serviceKey),
-		pods:        make(map[podKey]*pod),
-		podUsers:    make(map[podKey]map[serviceKey]int),
-		rules:       make(map[ObjectKey]*storedRule),
-		entries:     make(map[ObjectKey]*storedEntry),
-		workloads:   make(map[ObjectKey]*storedWorkload),
-		sidecars:    make(map[ObjectKey]*storedSidecar),
-		undecodable: make(map[ObjectKey]string),
-		dirty:       make(map[serviceKey]struct{}),
-		ruleIdx:     emptyRules(),
-		mesh:        empty,
+		objects:         make(map[ObjectKey]*entry),
+		services:        make(map[serviceKey]map[string]*corev1.Service),
+		slices:          make(map[serviceKey]map[sliceID]*discoveryv1.EndpointSlice),
+		sliceOwner:      make(map[ObjectKey]serviceKey),
+		pods:            make(map[podKey]*pod),
+		podUsers:        make(map[podKey]map[serviceKey]int),
+		rules:           make(map[ObjectKey]*storedRule),
+		entries:         make(map[ObjectKey]*storedEntry),
+		workloads:       make(map[ObjectKey]*storedWorkload),
+		sidecars:        make(map[ObjectKey]*storedSidecar),
+		virtualServices: make(map[ObjectKey]*VirtualServiceInput),
+		gateways:        make(map[ObjectKey]*GatewayInput),
+		routeIdx:        emptyRoutes(),
+		undecodable:     make(map[ObjectKey]string),
+		dirty:           make(map[serviceKey]struct{}),
+		ruleIdx:         emptyRules(),
+		mesh:            empty,
 	}
 	for _, o := range opts {
 		o(s)
 	}
 	s.ruleIdx.root = s.meshCfg.RootNamespace()
 	empty.content.rules = s.ruleIdx
+	empty.content.routes = s.routeIdx
 	empty.content.defaultPolicy = s.meshCfg.DefaultTrafficPolicy()
 	return s
 }
@@ -210,6 +221,9 @@ type sliceEndpoint struct {
 func decode(key ObjectKey, raw []byte) (*entry, error) {
 	if t := bytes.TrimSpace(raw); len(t) == 0 || t[0] != '{' {
 		return nil, errors.New("object is not a JSON object")
+	}
+	if e, ok, err := decodeRouting(key, raw); ok {
+		return e, err
 	}
 	switch {
 	case key.isService():
@@ -341,6 +355,12 @@ func (s *Store) insert(key ObjectKey, e *entry) {
 	case e.sidecar != nil:
 		s.sidecars[key] = e.sidecar
 		s.sidecarsDirty = true
+	case e.vs != nil:
+		s.virtualServices[key] = e.vs
+		s.routingDirty = true
+	case e.gw != nil:
+		s.gateways[key] = e.gw
+		s.routingDirty = true
 	}
 }
 
@@ -427,6 +447,12 @@ func (s *Store) remove(key ObjectKey) {
 	case e.sidecar != nil:
 		delete(s.sidecars, key)
 		s.sidecarsDirty = true
+	case e.vs != nil:
+		delete(s.virtualServices, key)
+		s.routingDirty = true
+	case e.gw != nil:
+		delete(s.gateways, key)
+		s.routingDirty = true
 	}
 }
 

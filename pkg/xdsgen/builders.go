@@ -1,6 +1,7 @@
 package xdsgen
 
 import (
+	"slices"
 	"sync"
 	"time"
 
@@ -79,16 +80,15 @@ var routerFilter = sync.OnceValue(func() *hcmv3.HttpFilter {
 })
 
 // rdsManager is an HTTP connection manager whose routes come over ADS, with
-// the router as its only (and so last, as gRPC requires) filter. For
-// proxyless gRPC.
-func rdsManager(statPrefix, routeConfig string) *hcmv3.HttpConnectionManager {
+// filters and the router last (as gRPC requires). For proxyless gRPC.
+func rdsManager(statPrefix, routeConfig string, filters ...*hcmv3.HttpFilter) *hcmv3.HttpConnectionManager {
 	return &hcmv3.HttpConnectionManager{
 		StatPrefix: statPrefix,
 		RouteSpecifier: &hcmv3.HttpConnectionManager_Rds{Rds: &hcmv3.Rds{
 			ConfigSource:    adsSource(),
 			RouteConfigName: routeConfig,
 		}},
-		HttpFilters: []*hcmv3.HttpFilter{routerFilter()},
+		HttpFilters: append(slices.Clip(filters), routerFilter()),
 	}
 }
 
@@ -96,12 +96,12 @@ func rdsManager(statPrefix, routeConfig string) *hcmv3.HttpConnectionManager {
 // it: codec chosen by the client (AUTO), WebSocket upgrades allowed, no
 // stream idle timeout, paths normalised but escaped slashes kept, the
 // client's address not trusted for internal/external decisions. Routes
-// come over RDS (rds != "") or inline.
-func sidecarManager(statPrefix, rds string, inline *routev3.RouteConfiguration, http2 bool) *listenerv3.Filter {
+// come over RDS (rds != "") or inline. filters go before the router.
+func sidecarManager(statPrefix, rds string, inline *routev3.RouteConfiguration, http2 bool, filters ...*hcmv3.HttpFilter) *listenerv3.Filter {
 	h := &hcmv3.HttpConnectionManager{
 		StatPrefix:                   statPrefix,
 		CodecType:                    hcmv3.HttpConnectionManager_AUTO,
-		HttpFilters:                  []*hcmv3.HttpFilter{routerFilter()},
+		HttpFilters:                  append(slices.Clip(filters), routerFilter()),
 		UseRemoteAddress:             wrapperspb.Bool(false),
 		UpgradeConfigs:               []*hcmv3.HttpConnectionManager_UpgradeConfig{{UpgradeType: "websocket"}},
 		StreamIdleTimeout:            durationpb.New(0),

@@ -57,8 +57,8 @@ const (
 // only when the port is declared TCP).
 var protocolDetectionTimeout = durationpb.New(0)
 
-func envoyListenerSet(m *model.Mesh, in *inbound, mode meshconfig.Mode) (*Set, error) {
-	out, err := outboundListeners(m, mode)
+func envoyListenerSet(m *model.Mesh, in *inbound, mode meshconfig.Mode, ns string, labels map[string]string) (*Set, error) {
+	out, err := outboundListeners(m, mode, ns, labels)
 	if err != nil {
 		return nil, err
 	}
@@ -76,7 +76,10 @@ func envoyListenerSet(m *model.Mesh, in *inbound, mode meshconfig.Mode) (*Set, e
 	return newSet(resource.ListenerType, all), nil
 }
 
-type outboundKey struct{ mode meshconfig.Mode }
+type outboundKey struct {
+	mode       meshconfig.Mode
+	vs, labels string // the client's VirtualService view and labels
+}
 
 type resourcesResult struct {
 	rs  []*Resource
@@ -84,9 +87,11 @@ type resourcesResult struct {
 }
 
 // outboundListeners are the listeners that read no endpoints: per HTTP port
-// and per service TCP or sniffed port. Memoised per mesh config and mode.
-func outboundListeners(m *model.Mesh, mode meshconfig.Mode) ([]*Resource, error) {
-	r := m.ConfigMemo(outboundKey{mode}, func() any {
+// and per service TCP or sniffed port. Memoised per mesh config, mode and
+// what the client's VirtualServices (tcp and tls routes) make of them.
+func outboundListeners(m *model.Mesh, mode meshconfig.Mode, ns string, labels map[string]string) ([]*Resource, error) {
+	key := outboundKey{mode: mode, vs: m.VirtualServiceView(ns), labels: labelsKey(m, labels)}
+	r := m.ConfigMemo(key, func() any {
 		var all []*Resource
 		for _, port := range httpPorts(m) {
 			r, err := newResource(httpListenerName(port), httpListener(port, mode))
@@ -95,7 +100,7 @@ func outboundListeners(m *model.Mesh, mode meshconfig.Mode) ([]*Resource, error)
 			}
 			all = append(all, r)
 		}
-		rs, err := perServiceResources(m, keyEnvoyTCP, false, addressListeners)
+		rs, err := l4Listeners(m, key.vs, key.labels, labels)
 		return resourcesResult{rs: append(all, rs...), err: err}
 	}).(resourcesResult)
 	return r.rs, r.err
@@ -159,7 +164,7 @@ func httpListener(port int32, mode meshconfig.Mode) *listenerv3.Listener {
 		ListenerFiltersTimeout:           protocolDetectionTimeout,
 		FilterChains: []*listenerv3.FilterChain{{
 			FilterChainMatch: httpMatch(0),
-			Filters:          []*listenerv3.Filter{sidecarManager("outbound_"+name, portString(port), nil, false)},
+			Filters:          []*listenerv3.Filter{sidecarManager("outbound_"+name, portString(port), nil, false, routeFilters()...)},
 		}},
 		DefaultFilterChain: &listenerv3.FilterChain{
 			Name:             passthroughChain,
@@ -181,7 +186,7 @@ func httpMatch(port int32) *listenerv3.FilterChainMatch {
 
 // addressListeners returns the listeners of a service's cluster IP: one per
 // TCP or sniffed port.
-func addressListeners(svc *model.Service) ([]*Resource, error) {
+func addressListeners(svc *model.Service, l4 *l4Routes) ([]*Resource, error) {
 	if svc.ClusterIP == "" {
 		return nil, nil
 	}
@@ -190,7 +195,7 @@ func addressListeners(svc *model.Service) ([]*Resource, error) {
 		if proto != protoTCP && proto != protoAuto {
 			return nil
 		}
-		l := addressListener(svc, p, proto, svc.ClusterIP)
+		l := addressListener(svc, p, proto, svc.ClusterIP, l4)
 		r, err := newResource(l.Name, l)
 		out = append(out, r)
 		return err
@@ -213,7 +218,7 @@ func headlessListeners(svc *model.Service) ([]*Resource, error) {
 			if i > 0 && p.Endpoints[i-1].Address == ep.Address {
 				continue
 			}
-			l := addressListener(svc, p, proto, ep.Address)
+			l := addressListener(svc, p, proto, ep.Address, nil)
 			r, err := newResource(l.Name, l)
 			if err != nil {
 				return err
@@ -225,7 +230,7 @@ func headlessListeners(svc *model.Service) ([]*Resource, error) {
 	return out, err
 }
 
-func addressListener(svc *model.Service, p *model.Port, proto protocol, ip string) *listenerv3.Listener {
+func addressListener(svc *model.Service, p *model.Port, proto protocol, ip string, l4 *l4Routes) *listenerv3.Listener {
 	name := ip + "_" + portString(p.Port)
 	cluster := clusterName(svc, p)
 	l := &listenerv3.Listener{
@@ -236,16 +241,24 @@ func addressListener(svc *model.Service, p *model.Port, proto protocol, ip strin
 		ContinueOnListenerFiltersTimeout: true,
 	}
 	tcp := &listenerv3.FilterChain{Filters: []*listenerv3.Filter{toCluster(cluster)}}
+	tlsChains, vsTCP := l4.chains(p.Port, ip)
+	if vsTCP != nil {
+		tcp = vsTCP
+	}
 	if proto == protoTCP {
 		l.ListenerFiltersTimeout = durationpb.New(0)
-		l.FilterChains = []*listenerv3.FilterChain{tcp}
+		if len(tlsChains) > 0 {
+			l.ListenerFilters = []*listenerv3.ListenerFilter{tlsInspectorFilter()}
+			l.ListenerFiltersTimeout = protocolDetectionTimeout
+		}
+		l.FilterChains = append(tlsChains, tcp)
 		return l
 	}
 	l.ListenerFilters = []*listenerv3.ListenerFilter{httpInspectorFilter()}
 	l.ListenerFiltersTimeout = protocolDetectionTimeout
 	l.FilterChains = []*listenerv3.FilterChain{{
 		FilterChainMatch: httpMatch(0),
-		Filters:          []*listenerv3.Filter{sidecarManager("outbound_"+name, sniffedRouteName(svc, p), nil, false)},
+		Filters:          []*listenerv3.Filter{sidecarManager("outbound_"+name, sniffedRouteName(svc, p), nil, false, routeFilters()...)},
 	}}
 	l.DefaultFilterChain = tcp
 	return l

@@ -26,16 +26,22 @@ import (
 //     service (its listener already matched the destination).
 
 type routeKey struct {
-	port  int32
-	ns    string
-	rules string // the client's DestinationRule view
-	mode  meshconfig.Mode
+	port   int32
+	ns     string
+	rules  string // the client's DestinationRule view
+	vs     string // the client's VirtualService view
+	labels string // the client's workload labels, when routes match on them
+	mode   meshconfig.Mode
 }
 
 type vhostKey struct {
 	port int32
 	same bool // the client is in the service's namespace
 	rule *model.DestinationRule
+	vs   *model.VirtualService
+	// with vs: the client's DestinationRule view (hash policies of the
+	// destinations) and labels
+	rules, labels string
 }
 
 type resourceResult struct {
@@ -43,18 +49,19 @@ type resourceResult struct {
 	err error
 }
 
-func envoyRouteSet(m *model.Mesh, ns string, mode meshconfig.Mode) (*Set, error) {
+func envoyRouteSet(m *model.Mesh, ns string, labels map[string]string, mode meshconfig.Mode) (*Set, error) {
 	byPort := portNamespaces(m)
 	var all []*Resource
+	src := labelsKey(m, labels)
 	for _, port := range httpPorts(m) {
 		// A route configuration reads the namespace only when a service of
 		// that namespace has the port: other namespaces share one.
-		key := routeKey{port: port, mode: mode, rules: m.DestinationRuleView(ns)}
+		key := routeKey{port: port, mode: mode, rules: m.DestinationRuleView(ns), vs: m.VirtualServiceView(ns), labels: src}
 		if byPort[port][ns] {
 			key.ns = ns
 		}
 		r := m.ConfigMemo(key, func() any {
-			r, err := portRoute(m, key)
+			r, err := portRoute(m, key, labels)
 			return resourceResult{r, err}
 		}).(resourceResult)
 		if r.err != nil {
@@ -62,7 +69,7 @@ func envoyRouteSet(m *model.Mesh, ns string, mode meshconfig.Mode) (*Set, error)
 		}
 		all = append(all, r.r)
 	}
-	sniffed, err := perServiceRuled(m, ns, keySniffedRoute, sniffedRoutes)
+	sniffed, err := sniffedRouteSet(m, ns, labels)
 	if err != nil {
 		return nil, err
 	}
@@ -91,7 +98,7 @@ func portNamespaces(m *model.Mesh) map[int32]map[string]bool {
 
 var keyPortNamespaces any = memoKey{Envoy, "port-namespaces"}
 
-func portRoute(m *model.Mesh, key routeKey) (*Resource, error) {
+func portRoute(m *model.Mesh, key routeKey, labels map[string]string) (*Resource, error) {
 	rc := &routev3.RouteConfiguration{
 		Name:                           portString(key.port),
 		ValidateClusters:               wrapperspb.Bool(false),
@@ -104,7 +111,7 @@ func portRoute(m *model.Mesh, key routeKey) (*Resource, error) {
 			if p.Port != key.port || !proto.httpOrSniffed() {
 				return nil
 			}
-			vh := serviceVirtualHost(m, svc, p, svc.Namespace == key.ns, m.DestinationRule(key.rules, svc))
+			vh := serviceVirtualHost(m, svc, p, svc.Namespace == key.ns, m.DestinationRule(key.rules, svc), sidecarRoutes{vs: m.VirtualServiceFor(key.vs, svc.Hostname), key: key, labels: labels})
 			// Envoy rejects a domain twice in one configuration: the first
 			// service by hostname keeps it.
 			if slices.ContainsFunc(vh.Domains, func(d string) bool { return claimed[d] }) {
@@ -127,17 +134,44 @@ func portRoute(m *model.Mesh, key routeKey) (*Resource, error) {
 	return newResource(rc.Name, rc)
 }
 
-// serviceVirtualHost is memoised per service, port and whether the client
-// shares the service's namespace. Read-only.
-func serviceVirtualHost(m *model.Mesh, svc *model.Service, p *model.Port, same bool, dr *model.DestinationRule) *routev3.VirtualHost {
-	return svc.ConfigMemo(vhostKey{p.Port, same, dr}, func() any {
+// sidecarRoutes is the VirtualService (nil for none) whose routes a
+// sidecar uses for a service, and whom for.
+type sidecarRoutes struct {
+	vs     *model.VirtualService
+	key    routeKey
+	labels map[string]string
+}
+
+// serviceVirtualHost is memoised per service, port, whether the client
+// shares the service's namespace, and the VirtualService it applies.
+// Read-only.
+func serviceVirtualHost(m *model.Mesh, svc *model.Service, p *model.Port, same bool, dr *model.DestinationRule, sr sidecarRoutes) *routev3.VirtualHost {
+	k := vhostKey{port: p.Port, same: same, rule: dr, vs: sr.vs}
+	if sr.vs != nil {
+		k.rules, k.labels = sr.key.rules, sr.key.labels
+	}
+	return svc.ConfigMemo(k, func() any {
 		return &routev3.VirtualHost{
 			Name:    svc.Hostname + ":" + portString(p.Port),
 			Domains: serviceDomains(svc, same),
-			Routes:  []*routev3.Route{serviceRoute(m, svc, p, dr)},
+			Routes:  serviceRoutes(m, svc, p, dr, sr),
 		}
 	}).(*routev3.VirtualHost)
 }
+
+// serviceRoutes are the VirtualService's routes for the port, or the
+// default route when it has none for it.
+func serviceRoutes(m *model.Mesh, svc *model.Service, p *model.Port, dr *model.DestinationRule, sr sidecarRoutes) []*routev3.Route {
+	if sr.vs != nil {
+		c := routeCtx{port: p.Port, gateways: meshGateways, ns: sr.key.vs, labels: sr.labels, rules: sr.key.rules}
+		if rs := vsRoutes(m, sr.vs, c); len(rs) > 0 {
+			return rs
+		}
+	}
+	return []*routev3.Route{serviceRoute(m, svc, p, dr)}
+}
+
+var meshGateways = []string{model.MeshGateway}
 
 // noTimeout disables Envoy's default 15s route timeout, as Istio does.
 var noTimeout = durationpb.New(0)
@@ -183,9 +217,40 @@ func catchAllHost(mode meshconfig.Mode) *routev3.VirtualHost {
 	return &routev3.VirtualHost{Name: "allow_any", Domains: []string{"*"}, Routes: []*routev3.Route{r}}
 }
 
+// sniffedRouteSet is the route configurations of every service's sniffed
+// ports, memoised per service under its DestinationRule and
+// VirtualService.
+func sniffedRouteSet(m *model.Mesh, ns string, labels map[string]string) ([]*Resource, error) {
+	key := routeKey{rules: m.DestinationRuleView(ns), vs: m.VirtualServiceView(ns), labels: labelsKey(m, labels)}
+	var all []*Resource
+	for _, svc := range m.Services {
+		dr := m.DestinationRule(ns, svc)
+		sr := sidecarRoutes{vs: m.VirtualServiceFor(key.vs, svc.Hostname), key: key, labels: labels}
+		var k any = keySniffedRoute
+		if dr != nil || sr.vs != nil {
+			k = sniffedKey{dr: dr, vs: sr.vs, rules: key.rules, labels: key.labels}
+		}
+		r := svc.ConfigMemo(k, func() any {
+			rs, err := sniffedRoutes(m, svc, dr, sr)
+			return serviceResult{resources: rs, err: err}
+		}).(serviceResult)
+		if r.err != nil {
+			return nil, r.err
+		}
+		all = append(all, r.resources...)
+	}
+	return all, nil
+}
+
+type sniffedKey struct {
+	dr            *model.DestinationRule
+	vs            *model.VirtualService
+	rules, labels string
+}
+
 // sniffedRoutes returns the route configurations of a service's sniffed
 // ports that have a listener (cluster IP or headless).
-func sniffedRoutes(m *model.Mesh, svc *model.Service, dr *model.DestinationRule) ([]*Resource, error) {
+func sniffedRoutes(m *model.Mesh, svc *model.Service, dr *model.DestinationRule, sr sidecarRoutes) ([]*Resource, error) {
 	if svc.ClusterIP == "" && !svc.Headless || svc.ExternalName != "" {
 		return nil, nil
 	}
@@ -200,7 +265,7 @@ func sniffedRoutes(m *model.Mesh, svc *model.Service, dr *model.DestinationRule)
 			VirtualHosts: []*routev3.VirtualHost{{
 				Name:    name,
 				Domains: []string{"*"},
-				Routes:  []*routev3.Route{serviceRoute(m, svc, p, dr)},
+				Routes:  serviceRoutes(m, svc, p, dr, sr),
 			}},
 			ValidateClusters:               wrapperspb.Bool(false),
 			MaxDirectResponseBodySizeBytes: wrapperspb.UInt32(1 << 20),

@@ -12,6 +12,7 @@ import (
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	faultv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/fault/v3"
 	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	tcpproxyv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/tcp_proxy/v3"
@@ -257,11 +258,16 @@ func TestLoadAssignmentsSuitGRPC(t *testing.T) {
 }
 
 func routerWant(t testing.TB) *hcmv3.HttpFilter {
-	a, err := anypb.New(&routerv3.Router{})
+	return &hcmv3.HttpFilter{Name: "envoy.filters.http.router", ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: mustAnyTest(t, &routerv3.Router{})}}
+}
+
+func mustAnyTest(t testing.TB, m proto.Message) *anypb.Any {
+	t.Helper()
+	a, err := anypb.New(m)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &hcmv3.HttpFilter{Name: "envoy.filters.http.router", ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: a}}
+	return a
 }
 
 func TestEnvoyTCPListenerAddressClash(t *testing.T) {
@@ -291,7 +297,11 @@ func TestGRPCResources(t *testing.T) {
 	wantHCM := &hcmv3.HttpConnectionManager{
 		StatPrefix:     target,
 		RouteSpecifier: &hcmv3.HttpConnectionManager_Rds{Rds: &hcmv3.Rds{ConfigSource: adsSourceWant(), RouteConfigName: target}},
-		HttpFilters:    []*hcmv3.HttpFilter{routerWant(t)},
+		// Fault injection before the router, as Istio's gRPC listeners.
+		HttpFilters: []*hcmv3.HttpFilter{{
+			Name:       "envoy.filters.http.fault",
+			ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: mustAnyTest(t, &faultv3.HTTPFault{})},
+		}, routerWant(t)},
 	}
 	if diff := gocmp.Diff(wantHCM, hcm, protocmp.Transform()); diff != "" {
 		t.Errorf("API listener connection manager (-want +got):\n%s", diff)

@@ -1,6 +1,7 @@
 package xdsgen
 
 import (
+	"fmt"
 	"net"
 	"strconv"
 
@@ -75,12 +76,37 @@ func grpcServerListener(host string, port int32) *listenerv3.Listener {
 	}
 }
 
-func grpcRouteSet(m *model.Mesh, ns string) (*Set, error) {
-	all, err := perServiceRuled(m, ns, keyGRPCRDS, grpcRoutes)
-	if err != nil {
-		return nil, err
+// grpcRouteSet is every service's route configurations, memoised per
+// service under the DestinationRule and VirtualService the client applies.
+func grpcRouteSet(m *model.Mesh, ns string, labels map[string]string) (*Set, error) {
+	key := routeKey{rules: m.DestinationRuleView(ns), vs: m.VirtualServiceView(ns), labels: labelsKey(m, labels)}
+	var all []*Resource
+	for _, svc := range m.Services {
+		dr := m.DestinationRule(ns, svc)
+		sr := sidecarRoutes{vs: m.VirtualServiceFor(key.vs, svc.Hostname), key: key, labels: labels}
+		if sr.vs != nil && len(sr.vs.Spec.GetHttp()) == 0 {
+			sr.vs = nil
+		}
+		var k any = keyGRPCRDS // boxed once: services without config cost no allocation
+		if dr != nil || sr.vs != nil {
+			k = grpcRouteKey{dr: dr, vs: sr.vs, rules: key.rules, labels: key.labels}
+		}
+		r := svc.ConfigMemo(k, func() any {
+			rs, err := grpcRoutes(m, svc, dr, sr)
+			return serviceResult{resources: rs, err: err}
+		}).(serviceResult)
+		if r.err != nil {
+			return nil, fmt.Errorf("service %s: %w", svc.Hostname, r.err)
+		}
+		all = append(all, r.resources...)
 	}
 	return newSet(resource.RouteType, all), nil
+}
+
+type grpcRouteKey struct {
+	dr            *model.DestinationRule
+	vs            *model.VirtualService
+	rules, labels string
 }
 
 func grpcClusterSet(m *model.Mesh, ns string) (*Set, error) {
@@ -102,7 +128,7 @@ func grpcListeners(svc *model.Service) ([]*Resource, error) {
 		name := grpcTarget(svc, p)
 		l := &listenerv3.Listener{
 			Name:        name,
-			ApiListener: &listenerv3.ApiListener{ApiListener: mustAny(rdsManager(name, name))},
+			ApiListener: &listenerv3.ApiListener{ApiListener: mustAny(rdsManager(name, name, faultFilter()))},
 		}
 		r, err := newResource(name, l)
 		out = append(out, r)
@@ -111,22 +137,33 @@ func grpcListeners(svc *model.Service) ([]*Resource, error) {
 	return out, err
 }
 
-// grpcRoutes route each port to its default cluster, with the hash
-// policy of the rule's consistent hash (by header: what gRPC honours).
-func grpcRoutes(m *model.Mesh, svc *model.Service, dr *model.DestinationRule) ([]*Resource, error) {
+// grpcRoutes route each port by the VirtualService's http routes, as far
+// as grpc-go implements them (path and header matches, weighted clusters,
+// retries on gRPC codes, max stream duration, fault injection, hash
+// policies by header; what else the model lists as a problem), or to the
+// port's default cluster, with the hash policy of the rule's consistent
+// hash (by header: what gRPC honours).
+func grpcRoutes(m *model.Mesh, svc *model.Service, dr *model.DestinationRule, sr sidecarRoutes) ([]*Resource, error) {
 	var out []*Resource
 	err := meshPorts(svc, func(p *model.Port, _ protocol) error {
 		name := grpcTarget(svc, p)
-		route := defaultRoute(clusterName(svc, p), nil)
-		if dr != nil {
-			route.GetRoute().HashPolicy = grpcHashPolicy(m.TrafficPolicy(dr, p.Port, "").GetLoadBalancer())
+		var routes []*routev3.Route
+		if sr.vs != nil {
+			routes = vsRoutes(m, sr.vs, routeCtx{port: p.Port, gateways: meshGateways, ns: sr.key.vs, labels: sr.labels, rules: sr.key.rules, grpc: true})
+		}
+		if len(routes) == 0 {
+			route := defaultRoute(clusterName(svc, p), nil)
+			if dr != nil {
+				route.GetRoute().HashPolicy = grpcHashPolicy(m.TrafficPolicy(dr, p.Port, "").GetLoadBalancer())
+			}
+			routes = []*routev3.Route{route}
 		}
 		rc := &routev3.RouteConfiguration{
 			Name: name,
 			VirtualHosts: []*routev3.VirtualHost{{
 				Name:    name,
 				Domains: []string{name, svc.Hostname},
-				Routes:  []*routev3.Route{route},
+				Routes:  routes,
 			}},
 		}
 		r, err := newResource(name, rc)

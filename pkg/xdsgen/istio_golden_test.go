@@ -1,7 +1,6 @@
 package xdsgen
 
 import (
-	"bytes"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -9,7 +8,6 @@ import (
 	"testing"
 
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
-	"github.com/google/go-cmp/cmp"
 	"sigs.k8s.io/yaml"
 
 	"github.com/pilotwire/pilotwire/pkg/model"
@@ -62,27 +60,7 @@ func TestGoldenIstio(t *testing.T) {
 				out[tc.key] = v
 			}
 			out["ignored"] = m.Problems()
-			var buf bytes.Buffer
-			enc := json.NewEncoder(&buf)
-			enc.SetIndent("", "  ")
-			enc.SetEscapeHTML(false)
-			if err := enc.Encode(out); err != nil {
-				t.Fatal(err)
-			}
-			path := strings.TrimSuffix(in, ".yaml") + ".json"
-			if *update {
-				if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
-					t.Fatal(err)
-				}
-				return
-			}
-			want, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatalf("%v (run with -update to create it)", err)
-			}
-			if diff := cmp.Diff(string(want), buf.String()); diff != "" {
-				t.Errorf("%s differs (-want +got; -update rewrites it):\n%s", path, diff)
-			}
+			compareGolden(t, strings.TrimSuffix(in, ".yaml")+".json", out)
 		})
 	}
 }

@@ -21,8 +21,9 @@ const (
 	// Sidecar is a proxy next to a workload (node id "sidecar~..."), and
 	// every proxyless gRPC client.
 	Sidecar NodeType = iota
-	// Router is a gateway (node id "router~..."). Gateways are not
-	// translated yet: a router gets the outbound clusters only.
+	// Router is a gateway (node id "router~..."): it serves the Istio
+	// Gateways selecting its workload (gateway.go) and gets every outbound
+	// cluster.
 	Router
 )
 
@@ -42,6 +43,31 @@ type Proxy struct {
 	Namespace string
 	// Mesh holds the mesh-wide settings; nil is Istio's defaults.
 	Mesh *meshconfig.MeshConfig
+	// Labels are the workload's labels (VirtualService sourceLabels,
+	// Gateway selectors); nil finds them on the endpoints with address IP.
+	Labels map[string]string
+}
+
+// workloadLabels are p's labels: its own, else those of an endpoint with
+// its IP.
+func (p Proxy) workloadLabels(full *model.Mesh) map[string]string {
+	if p.Labels != nil || p.IP == "" {
+		return p.Labels
+	}
+	idx := full.Memo(keyLabelIndex, func() any {
+		out := make(map[string]map[string]string)
+		for _, svc := range full.Services {
+			for _, port := range svc.Ports {
+				for _, ep := range port.Endpoints {
+					if _, ok := out[ep.Address]; !ok && ep.Labels != nil {
+						out[ep.Address] = ep.Labels
+					}
+				}
+			}
+		}
+		return out
+	}).(map[string]map[string]string)
+	return idx[p.IP]
 }
 
 // Generate returns every resource of type typeURL that g produces for m,
@@ -88,8 +114,9 @@ func generateFor(full *model.Mesh, p Proxy, typeURL string) (*Set, error) {
 		key := proxyKey{gen: GRPC, typeURL: typeURL, rules: m.DestinationRuleView(p.Namespace)}
 		return memoSet(m, key, false, func() (*Set, error) { return grpcClusterSet(m, p.Namespace) })
 	case p.Generator == GRPC && typeURL == resource.RouteType:
-		key := proxyKey{gen: GRPC, typeURL: typeURL, rules: m.DestinationRuleView(p.Namespace)}
-		return memoSet(m, key, false, func() (*Set, error) { return grpcRouteSet(m, p.Namespace) })
+		labels := p.workloadLabels(full)
+		key := proxyKey{gen: GRPC, typeURL: typeURL, rules: m.DestinationRuleView(p.Namespace), ns: m.VirtualServiceView(p.Namespace), labels: labelsKey(m, labels)}
+		return memoSet(m, key, false, func() (*Set, error) { return grpcRouteSet(m, p.Namespace, labels) })
 	case p.Generator == GRPC && typeURL == resource.ListenerType:
 		in := inboundFor(m, p.IP)
 		if in == nil {
@@ -101,20 +128,26 @@ func generateFor(full *model.Mesh, p Proxy, typeURL string) (*Set, error) {
 	case p.Type == Router && typeURL == resource.ClusterType:
 		key := proxyKey{gen: Envoy, typeURL: "router-clusters", rules: m.DestinationRuleView(p.Namespace)}
 		return memoSet(m, key, false, func() (*Set, error) { return routerClusterSet(m, p.Namespace) })
-	case p.Type == Router && (typeURL == resource.ListenerType || typeURL == resource.RouteType):
-		return emptySet(typeURL), nil
+	case p.Type == Router && typeURL == resource.ListenerType:
+		key, gws := routerKey(full, m, p, typeURL)
+		return memoSet(m, key, false, func() (*Set, error) { return routerListenerSet(m, p.Namespace, gws) })
+	case p.Type == Router && typeURL == resource.RouteType:
+		key, gws := routerKey(full, m, p, typeURL)
+		return memoSet(m, key, false, func() (*Set, error) { return routerRouteSet(m, p.Namespace, gws) })
 	case typeURL == resource.ClusterType:
 		in := inboundFor(m, p.IP)
 		key := proxyKey{gen: Envoy, typeURL: typeURL, inbound: in.envoyKey(), rules: m.DestinationRuleView(p.Namespace)}
 		return memoSet(m, key, false, func() (*Set, error) { return envoyClusterSet(m, in, p.Namespace) })
 	case typeURL == resource.ListenerType:
 		in := inboundFor(m, p.IP)
-		key := proxyKey{gen: Envoy, typeURL: typeURL, mode: mode, inbound: in.envoyKey()}
+		labels := p.workloadLabels(full)
+		key := proxyKey{gen: Envoy, typeURL: typeURL, mode: mode, inbound: in.envoyKey(), ns: m.VirtualServiceView(p.Namespace), labels: labelsKey(m, labels)}
 		// Listeners of headless services follow their endpoints.
-		return memoSet(m, key, hasHeadlessListeners(m), func() (*Set, error) { return envoyListenerSet(m, in, mode) })
+		return memoSet(m, key, hasHeadlessListeners(m), func() (*Set, error) { return envoyListenerSet(m, in, mode, p.Namespace, labels) })
 	case typeURL == resource.RouteType:
-		key := proxyKey{gen: Envoy, typeURL: typeURL, mode: mode, ns: p.Namespace}
-		return memoSet(m, key, false, func() (*Set, error) { return envoyRouteSet(m, p.Namespace, mode) })
+		labels := p.workloadLabels(full)
+		key := proxyKey{gen: Envoy, typeURL: typeURL, mode: mode, ns: p.Namespace, labels: labelsKey(m, labels)}
+		return memoSet(m, key, false, func() (*Set, error) { return envoyRouteSet(m, p.Namespace, labels, mode) })
 	}
 	return nil, fmt.Errorf("unsupported type %q", typeURL)
 }
@@ -140,6 +173,7 @@ type proxyKey struct {
 	rules   string
 	inbound string
 	ip      string
+	labels  string
 }
 
 var (
@@ -155,6 +189,7 @@ var (
 	keyInboundIndex any = memoKey{Envoy, "inbound-index"}          // per mesh, reads endpoints
 	keyHTTPPorts    any = memoKey{Envoy, "http-ports"}             // per mesh
 	keyGRPCOut      any = memoKey{GRPC, "outbound-listeners"}      // per service
+	keyLabelIndex   any = memoKey{Envoy, "label-index"}            // per mesh, reads endpoints
 )
 
 type setResult struct {
@@ -177,17 +212,6 @@ func memoSet(m *model.Mesh, key any, endpoints bool, build func() (*Set, error))
 	}
 	return r.set, r.err
 }
-
-// emptySets holds an empty set per type. Shared, read-only.
-var emptySets = func() map[string]*Set {
-	out := make(map[string]*Set)
-	for _, t := range TypeURLs() {
-		out[t] = newSet(t, nil)
-	}
-	return out
-}()
-
-func emptySet(typeURL string) *Set { return emptySets[typeURL] }
 
 // inboundPort is one port the proxy's pod serves: an endpoint of a service
 // port with the pod's address.

@@ -138,13 +138,14 @@ func (s *Server) generate(m *model.Mesh, p *proxy, typeURL string) (*xdsgen.Set,
 	return xdsgen.GenerateFor(m, p.XDS(s.meshConfig), typeURL)
 }
 
-// noteProxy logs and counts the proxies pilotwire does not fully serve yet:
-// routers (gateways) get the outbound clusters and no listeners until
-// Gateway objects are translated.
+// noteProxy logs and counts router (gateway) connections: they get the
+// outbound clusters and the listeners and routes of the Istio Gateways
+// selecting their workload (found by its labels: those of the endpoints
+// with the router's IP).
 func (s *Server) noteProxy(p *proxy, log *slog.Logger) {
 	if p.Type == ProxyRouter {
 		s.metrics.routers.Inc()
-		log.Warn("router (gateway) connected: gateways are not translated yet, serving clusters only", "node", p.ID)
+		log.Info("router (gateway) connected: serving the Istio Gateways that select its workload", "node", p.ID, "ip", p.IP)
 	}
 }
 

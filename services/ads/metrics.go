@@ -62,7 +62,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "pilot_total_xds_internal_errors", Help: "Config objects (or parts of them) the model ignores as invalid or conflicting; /debug/configz lists them.",
 		}),
 		routers: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "pilotwire_ads_router_connections_total", Help: "Connections from routers (gateways), which get clusters only until gateways are translated.",
+			Name: "pilotwire_ads_router_connections_total", Help: "Connections from routers (gateways).",
 		}),
 		badRecords: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "pilotwire_ads_bad_change_records_total", Help: "Change records the model could not decode or apply.",

@@ -1,0 +1,397 @@
+package xdsgen
+
+import (
+	"cmp"
+	"maps"
+	"slices"
+	"strings"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+	networkingv1 "istio.io/api/networking/v1"
+
+	"github.com/pilotwire/pilotwire/pkg/model"
+)
+
+// Router (gateway) listeners and routes, after Istio's gateway builder. A
+// router proxy (node id router~...) serves the servers of every Istio
+// Gateway whose selector its workload labels match (its own labels, else
+// those of the endpoints with its IP). Per server port, one bound listener
+// 0.0.0.0_<port>:
+//   - HTTP servers share one filter chain, routed by the route
+//     configuration http.<port>;
+//   - HTTPS servers each get a chain matched on their hosts (SNI) that
+//     terminates TLS with the certificate credentialName names, fetched
+//     over SDS as kubernetes://<credentialName> (the SDS server is not
+//     pilotwire's yet), routed by https.<port>.<portName>.<gateway>.<ns>;
+//   - TLS PASSTHROUGH servers take the VirtualServices' tls routes
+//     (matched on SNI), TCP servers their tcp routes.
+//
+// A route configuration has a virtual host per host that a server and a
+// VirtualService bound to its gateway both name (the more specific of
+// the two), whose routes are those of every such VirtualService in
+// [model.Mesh.VirtualServices] order, catch-alls last (Istio merges
+// gateway VirtualServices this way). Without any, a blackhole host
+// answers 404. Servers on a port another protocol took first are dropped.
+
+// serverOn is one server of one gateway.
+type serverOn struct {
+	gw  *model.Gateway
+	srv *networkingv1.Server
+}
+
+// routerPort is what a router serves on one port, servers in gateway
+// order.
+type routerPort struct {
+	port     uint32
+	protocol string // of the first server
+	servers  []serverOn
+}
+
+// routerPorts groups the servers of gws by port.
+func routerPorts(gws []*model.Gateway) []*routerPort {
+	byPort := map[uint32]*routerPort{}
+	var out []*routerPort
+	for _, g := range gws {
+		for _, s := range g.Servers {
+			n, proto := s.GetPort().GetNumber(), model.ServerProtocol(s)
+			rp := byPort[n]
+			if rp == nil {
+				rp = &routerPort{port: n, protocol: proto}
+				byPort[n] = rp
+				out = append(out, rp)
+			}
+			if plaintextHTTP(proto) != plaintextHTTP(rp.protocol) || (proto == "TLS" || proto == "TCP") != (rp.protocol == "TLS" || rp.protocol == "TCP") {
+				continue // another protocol took the port
+			}
+			rp.servers = append(rp.servers, serverOn{g, s})
+		}
+	}
+	slices.SortFunc(out, func(a, b *routerPort) int { return cmp.Compare(a.port, b.port) })
+	return out
+}
+
+func plaintextHTTP(proto string) bool { return proto == "HTTP" || proto == "HTTP2" || proto == "GRPC" }
+
+// routerKey names what a router's sets depend on: its gateways and
+// namespace.
+func routerKey(full, m *model.Mesh, p Proxy, typeURL string) (proxyKey, []*model.Gateway) {
+	gws := m.GatewaysFor(p.workloadLabels(full))
+	var b strings.Builder
+	for _, g := range gws {
+		b.WriteString(g.Ref() + ",")
+	}
+	return proxyKey{gen: Envoy, typeURL: "router-" + typeURL, ns: p.Namespace, inbound: b.String(), rules: m.DestinationRuleView(p.Namespace)}, gws
+}
+
+func routerListenerSet(m *model.Mesh, ns string, gws []*model.Gateway) (*Set, error) {
+	var all []*Resource
+	for _, rp := range routerPorts(gws) {
+		l := routerListener(m, ns, rp)
+		if len(l.FilterChains) == 0 {
+			continue
+		}
+		r, err := newResource(l.Name, l)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, r)
+	}
+	return newSet(resource.ListenerType, all), nil
+}
+
+func routerListener(m *model.Mesh, ns string, rp *routerPort) *listenerv3.Listener {
+	name := "0.0.0.0_" + portString(int32(rp.port))
+	l := &listenerv3.Listener{
+		Name:             name,
+		Address:          socketAddress("0.0.0.0", int32(rp.port)),
+		TrafficDirection: corev3.TrafficDirection_OUTBOUND,
+	}
+	switch {
+	case plaintextHTTP(rp.protocol):
+		l.FilterChains = []*listenerv3.FilterChain{{Filters: []*listenerv3.Filter{routerManager(name, "http."+portString(int32(rp.port)))}}}
+	case rp.protocol == "HTTPS":
+		l.ListenerFilters = []*listenerv3.ListenerFilter{tlsInspectorFilter()}
+		for _, s := range rp.servers {
+			l.FilterChains = append(l.FilterChains, &listenerv3.FilterChain{
+				FilterChainMatch: &listenerv3.FilterChainMatch{ServerNames: sniHosts(s.srv.GetHosts())},
+				TransportSocket:  downstreamTLS(s.srv.GetTls()),
+				Filters:          []*listenerv3.Filter{routerManager(name, httpsRouteName(s))},
+			})
+		}
+		dedupeChains(l)
+	default: // TLS passthrough and TCP
+		l.FilterChains = routerL4Chains(m, ns, rp)
+		if rp.protocol == "TLS" {
+			l.ListenerFilters = []*listenerv3.ListenerFilter{tlsInspectorFilter()}
+		}
+	}
+	return l
+}
+
+// dedupeChains drops chains whose match an earlier one has (Envoy
+// rejects duplicates): the first server keeps the hosts.
+func dedupeChains(l *listenerv3.Listener) {
+	seen := map[string]bool{}
+	l.FilterChains = slices.DeleteFunc(l.FilterChains, func(fc *listenerv3.FilterChain) bool {
+		k := strings.Join(fc.GetFilterChainMatch().GetServerNames(), ",")
+		if seen[k] {
+			return true
+		}
+		seen[k] = true
+		return false
+	})
+}
+
+func httpsRouteName(s serverOn) string {
+	return "https." + portString(int32(s.srv.GetPort().GetNumber())) + "." + s.srv.GetPort().GetName() + "." + s.gw.Name + "." + s.gw.Namespace
+}
+
+// sniHosts are the server's hosts as SNI names: the namespace part
+// dropped, "*" (any) as no names.
+func sniHosts(hosts []string) []string {
+	var out []string
+	for _, h := range hosts {
+		_, host := splitServerHost(h)
+		if host == "*" {
+			return nil
+		}
+		if !slices.Contains(out, host) {
+			out = append(out, host)
+		}
+	}
+	return out
+}
+
+// splitServerHost splits a server host [namespace/]host; no namespace
+// is "*".
+func splitServerHost(h string) (ns, host string) {
+	if n, rest, ok := strings.Cut(h, "/"); ok {
+		return n, strings.ToLower(rest)
+	}
+	return "*", strings.ToLower(h)
+}
+
+// downstreamTLS terminates TLS with the certificate named by
+// credentialName (and its CA, <name>-cacert, for MUTUAL), over SDS.
+func downstreamTLS(t *networkingv1.ServerTLSSettings) *corev3.TransportSocket {
+	cred := t.GetCredentialName()
+	if cred == "" && len(t.GetCredentialNames()) > 0 {
+		cred = t.GetCredentialNames()[0]
+	}
+	ctx := &tlsv3.DownstreamTlsContext{CommonTlsContext: &tlsv3.CommonTlsContext{
+		TlsCertificateSdsSecretConfigs: []*tlsv3.SdsSecretConfig{sdsSecret("kubernetes://" + cred)},
+		AlpnProtocols:                  []string{"h2", "http/1.1"},
+	}}
+	if t.GetMode() == networkingv1.ServerTLSSettings_MUTUAL || t.GetMode() == networkingv1.ServerTLSSettings_OPTIONAL_MUTUAL {
+		ctx.CommonTlsContext.ValidationContextType = &tlsv3.CommonTlsContext_ValidationContextSdsSecretConfig{
+			ValidationContextSdsSecretConfig: sdsSecret("kubernetes://" + cred + "-cacert"),
+		}
+		ctx.RequireClientCertificate = wrapperspb.Bool(t.GetMode() == networkingv1.ServerTLSSettings_MUTUAL)
+	}
+	return &corev3.TransportSocket{Name: "envoy.transport_sockets.tls", ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: mustAny(ctx)}}
+}
+
+func sdsSecret(name string) *tlsv3.SdsSecretConfig {
+	return &tlsv3.SdsSecretConfig{Name: name, SdsConfig: adsSourceNoTimeout()}
+}
+
+// routerManager is a gateway's HTTP connection manager: it is the edge,
+// so it trusts the client's address for internal/external decisions.
+func routerManager(listener, rds string) *listenerv3.Filter {
+	h := &hcmv3.HttpConnectionManager{
+		StatPrefix:        "outbound_" + listener,
+		CodecType:         hcmv3.HttpConnectionManager_AUTO,
+		HttpFilters:       append(slices.Clip(routeFilters()), routerFilter()),
+		UseRemoteAddress:  wrapperspb.Bool(true),
+		StreamIdleTimeout: durationpb.New(0),
+		NormalizePath:     wrapperspb.Bool(true),
+		RouteSpecifier:    &hcmv3.HttpConnectionManager_Rds{Rds: &hcmv3.Rds{ConfigSource: adsSourceNoTimeout(), RouteConfigName: rds}},
+		UpgradeConfigs:    []*hcmv3.HttpConnectionManager_UpgradeConfig{{UpgradeType: "websocket"}},
+	}
+	return &listenerv3.Filter{Name: hcmFilterName, ConfigType: &listenerv3.Filter_TypedConfig{TypedConfig: mustAny(h)}}
+}
+
+// boundVS is a VirtualService bound to one gateway server, with the host
+// they share.
+func boundVirtualServices(m *model.Mesh, ns string, s serverOn) []struct {
+	vs    *model.VirtualService
+	hosts []string
+} {
+	var out []struct {
+		vs    *model.VirtualService
+		hosts []string
+	}
+	for _, vs := range m.VirtualServices(ns, s.gw.Ref()) {
+		var hosts []string
+		for _, sh := range s.srv.GetHosts() {
+			sns, shost := splitServerHost(sh)
+			if sns != "*" && sns != "." && sns != vs.Namespace || sns == "." && vs.Namespace != s.gw.Namespace {
+				continue
+			}
+			for _, vh := range vs.Hosts {
+				if h := intersectHost(shost, vh); h != "" && !slices.Contains(hosts, h) {
+					hosts = append(hosts, h)
+				}
+			}
+		}
+		if len(hosts) > 0 {
+			out = append(out, struct {
+				vs    *model.VirtualService
+				hosts []string
+			}{vs, hosts})
+		}
+	}
+	return out
+}
+
+// intersectHost is the more specific of two hosts when one matches the
+// other, else "".
+func intersectHost(a, b string) string {
+	switch {
+	case model.HostMatches(a, b):
+		return b
+	case model.HostMatches(b, a):
+		return a
+	}
+	return ""
+}
+
+// routerRouteSet is the route configurations of the router's HTTP and
+// HTTPS servers.
+func routerRouteSet(m *model.Mesh, ns string, gws []*model.Gateway) (*Set, error) {
+	var all []*Resource
+	for _, rp := range routerPorts(gws) {
+		switch {
+		case plaintextHTTP(rp.protocol):
+			r, err := routerRoute(m, ns, "http."+portString(int32(rp.port)), rp.servers)
+			if err != nil {
+				return nil, err
+			}
+			all = append(all, r)
+		case rp.protocol == "HTTPS":
+			for _, s := range rp.servers {
+				r, err := routerRoute(m, ns, httpsRouteName(s), []serverOn{s})
+				if err != nil {
+					return nil, err
+				}
+				all = append(all, r)
+			}
+		}
+	}
+	return newSet(resource.RouteType, all), nil
+}
+
+func routerRoute(m *model.Mesh, ns, name string, servers []serverOn) (*Resource, error) {
+	vhosts := map[string]*routev3.VirtualHost{}
+	for _, s := range servers {
+		port := int32(s.srv.GetPort().GetNumber())
+		c := routeCtx{port: port, gateways: []string{s.gw.Ref()}, ns: ns, tls: s.srv.GetTls() != nil, rules: ns}
+		for _, b := range boundVirtualServices(m, ns, s) {
+			routes := vsRoutes(m, b.vs, c)
+			if len(routes) == 0 {
+				continue
+			}
+			for _, h := range b.hosts {
+				vh := vhosts[h]
+				if vh == nil {
+					vh = &routev3.VirtualHost{Name: h + ":" + portString(port), Domains: []string{h}}
+					vhosts[h] = vh
+				}
+				vh.Routes = append(vh.Routes, routes...)
+				if s.srv.GetTls().GetHttpsRedirect() {
+					vh.RequireTls = routev3.VirtualHost_ALL
+				}
+			}
+		}
+		for _, sh := range s.srv.GetHosts() {
+			if !s.srv.GetTls().GetHttpsRedirect() {
+				continue
+			}
+			_, h := splitServerHost(sh)
+			if vhosts[h] == nil {
+				vhosts[h] = &routev3.VirtualHost{Name: h + ":" + portString(port), Domains: []string{h}}
+			}
+			vhosts[h].RequireTls = routev3.VirtualHost_ALL
+		}
+	}
+	rc := &routev3.RouteConfiguration{
+		Name:                           name,
+		ValidateClusters:               wrapperspb.Bool(false),
+		MaxDirectResponseBodySizeBytes: wrapperspb.UInt32(1 << 20),
+		IgnorePortInHostMatching:       true,
+	}
+	for _, h := range slices.Sorted(maps.Keys(vhosts)) {
+		vh := vhosts[h]
+		// Catch-all routes last, order kept otherwise.
+		slices.SortStableFunc(vh.Routes, func(a, b *routev3.Route) int {
+			return cmp.Compare(boolInt(isCatchAll(a)), boolInt(isCatchAll(b)))
+		})
+		rc.VirtualHosts = append(rc.VirtualHosts, vh)
+	}
+	if len(rc.VirtualHosts) == 0 {
+		port := int32(servers[0].srv.GetPort().GetNumber())
+		// No routes: Envoy answers 404 (NR).
+		rc.VirtualHosts = []*routev3.VirtualHost{{Name: "blackhole:" + portString(port), Domains: []string{"*"}}}
+	}
+	return newResource(name, rc)
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// routerL4Chains are the chains of a TLS passthrough or TCP port: per
+// tls route match of a bound VirtualService (SNI), then the first tcp
+// route.
+func routerL4Chains(m *model.Mesh, ns string, rp *routerPort) []*listenerv3.FilterChain {
+	var out []*listenerv3.FilterChain
+	var tcp *listenerv3.FilterChain
+	seen := map[string]bool{}
+	port := int32(rp.port)
+	for _, s := range rp.servers {
+		c := routeCtx{port: port, gateways: []string{s.gw.Ref()}, ns: ns}
+		for _, b := range boundVirtualServices(m, ns, s) {
+			for _, t := range b.vs.Spec.GetTls() {
+				for _, mt := range t.GetMatch() {
+					if !c.appliesL4(mt.GetPort(), mt.GetGateways(), mt.GetSourceLabels(), mt.GetSourceNamespace()) {
+						continue
+					}
+					sni := claimSNI(seen, mt.GetSniHosts())
+					if len(sni) == 0 {
+						continue
+					}
+					out = append(out, &listenerv3.FilterChain{
+						FilterChainMatch: &listenerv3.FilterChainMatch{ServerNames: sni},
+						Filters:          []*listenerv3.Filter{l4Proxy(m, "outbound_tls_0.0.0.0_"+portString(port), t.GetRoute(), port)},
+					})
+				}
+			}
+			for _, t := range b.vs.Spec.GetTcp() {
+				if tcp != nil {
+					break
+				}
+				applies := len(t.GetMatch()) == 0
+				for _, mt := range t.GetMatch() {
+					applies = applies || c.appliesL4(mt.GetPort(), mt.GetGateways(), mt.GetSourceLabels(), mt.GetSourceNamespace())
+				}
+				if applies {
+					tcp = &listenerv3.FilterChain{Filters: []*listenerv3.Filter{l4Proxy(m, "outbound_tcp_0.0.0.0_"+portString(port), t.GetRoute(), port)}}
+				}
+			}
+		}
+	}
+	if tcp != nil {
+		out = append(out, tcp)
+	}
+	return out
+}

@@ -58,9 +58,12 @@ func TestBatchesSplitByBytes(t *testing.T) {
 	if n := h.metric("pilotwire_pusher_send_errors_total"); n != 0 {
 		t.Errorf("send errors = %v, want 0", n)
 	}
+	// The keys survive the split. (Under load the request's consumer may
+	// stall past its ack wait, and the catch-up then marks a connection's
+	// pending push full; the keys it carries must still be all there.)
 	for i := range conns {
-		if o := fe.lastOrder(fmt.Sprintf("c%d", i)); o.GetFull() || len(o.GetConfigKeys()) != 11001 {
-			t.Errorf("c%d: full %v with %d keys, want an endpoint order with every key", i, o.GetFull(), len(o.GetConfigKeys()))
+		if o := fe.lastOrder(fmt.Sprintf("c%d", i)); len(o.GetConfigKeys()) != 11001 {
+			t.Errorf("c%d: full %v with %d keys, want every key", i, o.GetFull(), len(o.GetConfigKeys()))
 		}
 	}
 }

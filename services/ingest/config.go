@@ -78,8 +78,16 @@ type Config struct {
 	// it off).
 	ClusterSecretsNamespace string
 	// EnableGatewayAPI watches the Kubernetes Gateway API kinds
-	// (--enable-gateway-api, env PILOT_ENABLE_GATEWAY_API, default true).
+	// (--enable-gateway-api, env PILOT_ENABLE_GATEWAY_API, default true)
+	// and writes their status: the writer of a config cluster's lease
+	// computes the Gateway, listener and route conditions
+	// (pkg/gatewayapi) and writes those that changed.
 	EnableGatewayAPI bool
+	// GatewayStatusDebounce is how long the status writer gathers changes
+	// before it writes (--gateway-status-debounce, env
+	// PILOTWIRE_GATEWAY_STATUS_DEBOUNCE, default 1s; negative: never write
+	// status).
+	GatewayStatusDebounce time.Duration
 	// ClusterSyncTimeout is how long readiness waits for a cluster to sync
 	// (--cluster-sync-timeout, env PILOT_REMOTE_CLUSTER_TIMEOUT, default
 	// 30s). A cluster that misses it is reported and keeps trying.
@@ -117,6 +125,7 @@ func DefaultConfig() Config {
 		FileDebounce:            DefaultFileDebounce,
 		ClusterSecretsNamespace: kubesource.DefaultSecretNamespace,
 		EnableGatewayAPI:        true,
+		GatewayStatusDebounce:   kubesource.DefaultGatewayStatusDebounce,
 		ClusterSyncTimeout:      kubesource.DefaultSyncTimeout,
 		KubeClientQPS:           DefaultKubeClientQPS,
 		KubeClientBurst:         DefaultKubeClientBurst,
@@ -148,6 +157,8 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 		`namespace of the config cluster's multicluster Secrets (label istio/multiCluster=true); "" to ignore them (env PILOTWIRE_CLUSTER_SECRETS_NAMESPACE)`)
 	fs.BoolVar(&c.EnableGatewayAPI, "enable-gateway-api", svc.EnvBool("PILOT_ENABLE_GATEWAY_API", d.EnableGatewayAPI),
 		"watch the Kubernetes Gateway API kinds (env PILOT_ENABLE_GATEWAY_API)")
+	fs.DurationVar(&c.GatewayStatusDebounce, "gateway-status-debounce", svc.EnvDuration("PILOTWIRE_GATEWAY_STATUS_DEBOUNCE", d.GatewayStatusDebounce),
+		"quiet time the Gateway API status writer gathers changes for before writing; negative: never write status (env PILOTWIRE_GATEWAY_STATUS_DEBOUNCE)")
 	fs.DurationVar(&c.ClusterSyncTimeout, "cluster-sync-timeout", svc.EnvDuration("PILOT_REMOTE_CLUSTER_TIMEOUT", d.ClusterSyncTimeout),
 		"how long readiness waits for a cluster to sync; a cluster that misses it is reported and keeps trying (env PILOT_REMOTE_CLUSTER_TIMEOUT)")
 	fs.Float32Var(&c.KubeClientQPS, "kube-client-qps", float32(svc.EnvInt("PILOTWIRE_KUBE_CLIENT_QPS", int(d.KubeClientQPS))),

@@ -153,6 +153,8 @@ func Run(ctx context.Context, cfg Config, d svc.Deps) error {
 			Log:              log,
 			Registerer:       reg,
 		}
+		// The Gateway API status writer runs under each config cluster's lease.
+		ko.GatewayStatusDebounce = cfg.GatewayStatusDebounce
 		if cfg.FileSource() {
 			ko.ReservedIDs = []string{cfg.fileClusterID()}
 		}

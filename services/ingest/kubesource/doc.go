@@ -37,4 +37,9 @@
 // removed cluster's informers stop and every object it had on the stream
 // gets a delete record, the event-sourced form of Istio dropping a removed
 // cluster's endpoints.
+//
+// Gateway API status: while this instance holds a config cluster's lease
+// and the Gateway API is enabled, a status writer (gwstatus.go) computes
+// the conditions of the cluster's Gateway API objects with package
+// gatewayapi and writes those that changed, debounced.
 package kubesource

@@ -78,8 +78,17 @@ type Options struct {
 	ConfigCluster string
 	// SecretNamespace is where those Secrets live (default istio-system).
 	SecretNamespace string
-	// EnableGatewayAPI adds the Gateway API kinds to the config kinds.
+	// EnableGatewayAPI adds the Gateway API kinds to the config kinds and
+	// runs the Gateway API status writer (gwstatus.go) of each config
+	// cluster while this instance holds the cluster's lease.
 	EnableGatewayAPI bool
+	// GatewayStatusDebounce is how long the status writer gathers changes
+	// before it writes (default DefaultGatewayStatusDebounce, 1s); negative
+	// turns the writer off.
+	GatewayStatusDebounce time.Duration
+	// DomainSuffix is the mesh domain suffix of Service hostnames in the
+	// Gateway API conversion (default cluster.local).
+	DomainSuffix string
 	// SyncTimeout bounds how long readiness waits for one cluster
 	// (default 30s).
 	SyncTimeout time.Duration
@@ -309,6 +318,13 @@ func (s *Source) runCluster(ctx context.Context, r *running) {
 		s.mu.Lock()
 		r.c, r.holder = c, ""
 		s.mu.Unlock()
+		if r.config && s.opts.EnableGatewayAPI && s.opts.GatewayStatusDebounce >= 0 {
+			ctx, cancel := context.WithCancel(ctx)
+			var wg sync.WaitGroup
+			wg.Go(func() { s.runGatewayStatus(ctx, r) })
+			defer wg.Wait()
+			defer cancel()
+		}
 		c.run(ctx)
 		return nil
 	}

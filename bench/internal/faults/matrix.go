@@ -160,7 +160,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if err := s.startFleets(ctx); err != nil {
 		return nil, err
 	}
-	if m, total, last, err := s.converge(ctx, 0); err != nil || m < total {
+	if m, total, last, err := s.converge(ctx, 1); err != nil || m < total {
 		return nil, fmt.Errorf("initial sync: %d of %d proxies (%v)", m, total, err)
 	} else {
 		res.Startup = time.Unix(0, last).Sub(start)
@@ -200,7 +200,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		if healed.After(ref) {
 			ref = healed
 		}
-		m, total, last, cerr := s.converge(ctx, int64(i+1))
+		m, total, last, cerr := s.converge(ctx, int64(i+2)) // target ids from 1: a proxy's zero match id means none
 		row.Matched, row.Total = m, total
 		if cerr != nil && row.Err == "" {
 			row.Err = cerr.Error()
@@ -244,7 +244,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if err != nil {
 		return res, err
 	}
-	if recs[0].Lost+recs[0].Duplicated+recs[0].Unknown+recs[0].Missing+recs[0].Reordered > 0 {
+	if !recs[0].ok() {
 		res.Notes = append(res.Notes, fmt.Sprintf("records of the initial mesh: %+v", recs[0]))
 	}
 	for i := range res.Rows {
@@ -413,8 +413,18 @@ func matrix(o Options) []fault {
 		{"kill -9 ingest", func(ctx context.Context, s *system, ph *phase) (time.Time, string, error) {
 			from := time.Now()
 			at, err := s.killAndRestart(ctx, s.ingest, nil)
+			if err != nil {
+				return at, "", err
+			}
+			ready := time.Since(at)
+			// Down until the new process writes again (it holds the lease).
+			err = poll(ctx, 30*time.Second, 20*time.Millisecond, func() (bool, error) {
+				m, err := metrics(ctx, s.ingest.http)
+				return err == nil && m["pilotwire_ingest_writer_active"] >= 1, nil
+			})
 			ph.ingestDown = &downWindow{from: from, to: time.Now()}
-			return at, fmt.Sprintf("down %s, ready again %s after restart", at.Sub(from).Round(time.Millisecond), time.Since(at).Round(time.Millisecond)), err
+			return at, fmt.Sprintf("down %s; ready %s and writing %s after the restart", at.Sub(from).Round(time.Millisecond),
+				ready.Round(time.Millisecond), ph.ingestDown.to.Sub(at).Round(time.Millisecond)), err
 		}},
 		{"kill -9 active debouncer", func(ctx context.Context, s *system, ph *phase) (time.Time, string, error) {
 			return s.killActive(ctx, "debouncer", s.debouncers, ph.svc)

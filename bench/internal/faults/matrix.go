@@ -455,22 +455,10 @@ func matrix(o Options) []fault {
 			return s.killNode(ctx, s.cl.node(leader))
 		}},
 		{"SIGSTOP active debouncer past TTL", func(ctx context.Context, s *system, ph *phase) (time.Time, string, error) {
-			p, err := s.active(ctx, "debouncer", s.debouncers)
-			if err != nil {
-				return time.Now(), "", err
-			}
-			ph.svc.sample(ctx, p)
-			if err := p.signal(syscall.SIGSTOP); err != nil {
-				return time.Now(), "", err
-			}
-			stopped := o.LeaseTTL + 2*time.Second
-			err = sleepCtx(ctx, stopped)
-			at := time.Now()
-			if cerr := p.signal(syscall.SIGCONT); err == nil {
-				err = cerr
-			}
-			next, _ := s.holder(ctx, "debouncer")
-			return at, fmt.Sprintf("%s stopped %s; lease then held by %s", p.name, stopped, next), err
+			return s.pauseActive(ctx, "debouncer", s.debouncers, ph.svc)
+		}},
+		{"SIGSTOP active pusher past TTL", func(ctx context.Context, s *system, ph *phase) (time.Time, string, error) {
+			return s.pauseActive(ctx, "pusher-0", s.pushers, ph.svc)
 		}},
 		{"cut one frontend from NATS", func(ctx context.Context, s *system, _ *phase) (time.Time, string, error) {
 			s.cut.setCut(true)
@@ -495,6 +483,28 @@ func (s *system) killActive(ctx context.Context, key string, ps []*proc, c *coun
 		return herr == nil && h != p.name, nil
 	})
 	return at, fmt.Sprintf("%s killed; lease then held by %s", p.name, next), err
+}
+
+// pauseActive stops the lease holder of key with SIGSTOP for the lease
+// TTL and 2 s more, then resumes it with SIGCONT: a standby has taken
+// over meanwhile, and the resumed ex-holder's late writes must be fenced.
+func (s *system) pauseActive(ctx context.Context, key string, ps []*proc, c *counters) (time.Time, string, error) {
+	p, err := s.active(ctx, key, ps)
+	if err != nil {
+		return time.Now(), "", err
+	}
+	c.sample(ctx, p)
+	if err := p.signal(syscall.SIGSTOP); err != nil {
+		return time.Now(), "", err
+	}
+	stopped := s.o.LeaseTTL + 2*time.Second
+	err = sleepCtx(ctx, stopped)
+	next, _ := s.holder(ctx, key)
+	at := time.Now()
+	if cerr := p.signal(syscall.SIGCONT); err == nil {
+		err = cerr
+	}
+	return at, fmt.Sprintf("%s stopped %s; lease held by %s at SIGCONT", p.name, stopped, next), err
 }
 
 // killNode kills a NATS node, waits NATSDown and starts it again.

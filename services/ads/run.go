@@ -155,6 +155,7 @@ func Run(ctx context.Context, cfg Config, d svc.Deps) error {
 	)...)
 	s.register(gs)
 
+	s.registry.removeStale(ctx) // before any connection of ours is registered
 	var wg sync.WaitGroup
 	runCtx, cancelRun := context.WithCancel(context.Background())
 	defer cancelRun()

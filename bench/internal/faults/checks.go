@@ -72,10 +72,10 @@ type recordCheck struct {
 	// retrying, or its lease lost): the history has a gap, the state is
 	// right. Coalesced: the same while ingest was down or not yet writing.
 	Skipped, Coalesced int
-	Duplicated int // versions on the stream more than once
-	Reordered  int // versions on the stream before an older one
-	Unknown    int // records of the churn's objects with content never written
-	Records    int // records checked
+	Duplicated         int // versions on the stream more than once
+	Reordered          int // versions on the stream before an older one
+	Unknown            int // records of the churn's objects with content never written
+	Records            int // records checked
 }
 
 func (r recordCheck) ok() bool {

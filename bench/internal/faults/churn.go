@@ -17,10 +17,10 @@ type churn struct {
 	every int // every this many changes adds a service (a full push); the others move one endpoint
 
 	// owned by the caller's goroutine
-	n        int                     // changes written
-	versions map[string][]*written   // EndpointSlice name -> versions in write order
-	services map[string]int          // Service name -> the phase that wrote it (-1: the initial mesh)
-	order    []string                // slice names in creation order
+	n        int                   // changes written
+	versions map[string][]*written // EndpointSlice name -> versions in write order
+	services map[string]int        // Service name -> the phase that wrote it (-1: the initial mesh)
+	order    []string              // slice names in creation order
 }
 
 // written is one version of one EndpointSlice on disk.

@@ -75,8 +75,8 @@ type Row struct {
 	Pushes              pushCheck
 	// Frontend and service counters over the phase.
 	Older, Repeated, Fenced, DebounceFenced, LostPushes float64
-	Note                                               string
-	Err                                                string
+	Note                                                string
+	Err                                                 string
 }
 
 // OK reports whether the row meets the correctness targets (time aside).

@@ -88,14 +88,6 @@ func (p *proc) running() (*exec.Cmd, chan struct{}) {
 	return p.cmd, p.done
 }
 
-func (p *proc) pid() int {
-	cmd, _ := p.running()
-	if cmd == nil {
-		return 0
-	}
-	return cmd.Process.Pid
-}
-
 // alive reports whether the process is running (or stopped).
 func (p *proc) alive() bool {
 	cmd, done := p.running()

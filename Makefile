@@ -67,7 +67,7 @@ k8s-binaries: ## build etcd and kube-apiserver for the Kubernetes tests into .ca
 test: check-tree proto-check lint tidy-check check-deps build k8s-binaries ## run every check and test (with -race)
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
 
-test-faults: build ## the fault matrix: 3-node NATS cluster, services as processes, 500 proxies, kill -9/SIGSTOP/partition (~6 min; docs/reliability.md)
+test-faults: build ## the fault matrix: 3-node NATS cluster, services as processes, 500 proxies, kill -9, SIGSTOP, partition (~3 min after the build; docs/reliability.md)
 	$(GO) build -o $(BIN)/nats-server github.com/nats-io/nats-server/v2
 	$(BIN)/pwbench faults --bin-dir $(BIN) --nats-server $(BIN)/nats-server $(FAULTS_FLAGS)
 

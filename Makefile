@@ -23,7 +23,7 @@ FUZZ_TARGETS := \
 	./services/ads:FuzzSotWRequests \
 	./services/ads:FuzzDeltaRequests
 
-.PHONY: help build run test test-short check-tree check-deps proto proto-check lint vet tidy-check tools k8s-binaries bench bench-full bench-go fuzz clean
+.PHONY: help build run test test-short test-faults check-tree check-deps proto proto-check lint vet tidy-check tools k8s-binaries bench bench-full bench-go fuzz clean
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -79,6 +79,10 @@ k8s-binaries: ## build etcd and kube-apiserver for the Kubernetes tests into .ca
 
 test: check-tree proto-check lint tidy-check check-deps build k8s-binaries ## run every check and test (with -race)
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
+
+test-faults: build ## the fault matrix: 3-node NATS cluster, services as processes, 500 proxies, kill -9, SIGSTOP, partition (~3 min after the build; docs/reliability.md)
+	$(GO) build -o $(BIN)/nats-server github.com/nats-io/nats-server/v2
+	$(BIN)/pwbench faults --bin-dir $(BIN) --nats-server $(BIN)/nats-server $(FAULTS_FLAGS)
 
 test-short: ## unit tests only (-short, no kube-apiserver), with -race
 	$(GO) test -race -short -count=1 $(PKGS)

@@ -100,7 +100,8 @@ type conn struct {
 	proxy       *proxy
 	watches     map[string]*watch
 	nonceSeq    uint64
-	subsChanged bool // a watch's subscription changed since the registry write
+	subsChanged bool   // a watch's subscription changed since the registry write
+	orderSeq    uint64 // highest through_seq of the orders handled on this connection
 }
 
 func (s *Server) newConn(ctx context.Context, fixedType string) *conn {

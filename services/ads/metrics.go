@@ -18,6 +18,7 @@ type metrics struct {
 	badRecords      prometheus.Counter
 	appliedSeq      prometheus.Gauge
 	orders          *prometheus.CounterVec
+	orderSeqs       *prometheus.CounterVec
 	ordersDropped   prometheus.Counter
 	responseBytes   *prometheus.CounterVec
 	registryErrors  prometheus.Counter
@@ -73,6 +74,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		orders: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pilotwire_ads_push_orders_total", Help: "Push orders handled, by result.",
 		}, []string{"result"}),
+		orderSeqs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pilotwire_ads_push_orders_not_newer_total", Help: "Push orders whose through_seq was not above the last one the connection handled: older (a PushRequest reordered) or repeated (ordered again: a resync, catch-up or duplicate).",
+		}, []string{"kind"}),
 		ordersDropped: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "pilotwire_ads_order_batches_undecodable_total", Help: "Push order batches that could not be decoded.",
 		}),
@@ -125,7 +129,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		Name: "pilotwire_xds_marshals_total", Help: "xDS resources marshalled (once per resource version, shared by every proxy).",
 	}, func() float64 { return float64(xdsgen.Marshals()) })
 	reg.MustRegister(marshals, m.routers, m.connections, m.pushes, m.rejects, m.expiredNonce, m.sendErrors, m.badRequests, m.shed,
-		m.badRecords, m.appliedSeq, m.orders, m.ordersDropped, m.responseBytes, m.registryErrors,
+		m.badRecords, m.appliedSeq, m.orders, m.orderSeqs, m.ordersDropped, m.responseBytes, m.registryErrors,
 		m.deliveryDrops, m.admitRejects, m.convergence, m.pushTime, m.sendTime, m.configSize, m.deferred, m.reregistrations, m.doneErrors, m.generateErrors)
 	return m
 }

@@ -159,6 +159,27 @@ func (c *conn) clustersSent(names []string) {
 	}
 }
 
+// countOrderSeqs counts orders that are not newer than the connection's
+// last one: an older through_seq is a PushRequest that reached the
+// connection after a newer one (reordered), an equal one a PushRequest
+// ordered again (a resync or catch-up after a lost done, or a duplicate).
+// Both are harmless here, since a push generates from the whole model,
+// but they show upstream ordering (the fault matrix reads them).
+func (c *conn) countOrderSeqs(orders []orderRef) {
+	for _, o := range orders {
+		seq := o.order.GetThroughSeq()
+		switch {
+		case seq == 0:
+			continue
+		case seq < c.orderSeq:
+			c.s.metrics.orderSeqs.WithLabelValues("older").Inc()
+		case seq == c.orderSeq:
+			c.s.metrics.orderSeqs.WithLabelValues("repeated").Inc()
+		}
+		c.orderSeq = max(c.orderSeq, seq)
+	}
+}
+
 // handleOrders brings every watched type up to date with the model (which
 // has applied every order's through_seq: the dispatcher waited for it) and
 // reports each order done.
@@ -171,6 +192,7 @@ func (c *conn) handleOrders(orders []orderRef) error {
 	for _, o := range orders {
 		pushID = max(pushID, o.order.GetPushId())
 	}
+	c.countOrderSeqs(orders)
 	sent := false
 	var sendErr error
 	for _, t := range pushOrder {

@@ -184,6 +184,36 @@ func (r *registry) flush(ctx context.Context) {
 	}
 }
 
+// removeStale removes the connection entries found under this frontend's
+// id before it serves any: they belong to an earlier process with the same
+// id that did not deregister (killed, or lost its NATS connection at
+// shutdown). Left behind, the pusher would keep pushing those dead
+// connections, and its in-flight orders for them would hold this
+// frontend's throttle slots until they time out. Best effort: a failure is
+// logged and counted, and the pusher's resync copes with what is left.
+func (r *registry) removeStale(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	lister, err := r.kv.ListKeysFiltered(ctx, "conn."+bus.EscapeToken(r.fe.GetId())+".>")
+	if err != nil {
+		r.metrics.registryErrors.Inc()
+		r.log.Warn("list connection entries of an earlier process", "err", err)
+		return
+	}
+	n := 0
+	for k := range lister.Keys() {
+		if err := bus.RemoveKey(ctx, r.kv, k, bus.RegistryMarkerTTL); err != nil {
+			r.metrics.registryErrors.Inc()
+			r.log.Warn("remove connection entry of an earlier process", "key", k, "err", err)
+			continue
+		}
+		n++
+	}
+	if n > 0 {
+		r.log.Info("removed connection entries an earlier process with this frontend id left", "entries", n)
+	}
+}
+
 // deregister deletes the frontend's heartbeat and all its connection keys.
 func (r *registry) deregister() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	resource "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 
@@ -48,4 +50,70 @@ func TestReregistersWhenTimedOut(t *testing.T) {
 	if _, err := kv.Get(ctx, bus.FrontendKey("fe-re")); err != nil {
 		t.Errorf("frontend entry not written again: %v", err)
 	}
+}
+
+// connKeys lists the registry keys of a frontend's connections.
+func connKeys(t testing.TB, kv jetstream.KeyValue, fe string) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.DefaultTimeout)
+	defer cancel()
+	lister, err := kv.ListKeysFiltered(ctx, "conn."+fe+".>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for k := range lister.Keys() {
+		keys = append(keys, k)
+	}
+	return keys
+}
+
+// TestRestartedFrontendUsesNewConnIDs: a frontend killed with SIGKILL
+// leaves its connections' entries (and the pusher's in-flight orders for
+// them) behind; the same frontend started again must not give its new
+// connections those ids, or the pusher takes a new proxy for the dead
+// one and waits out the dead one's push timeout before pushing it; and it
+// must remove the dead ones' entries, or the pusher keeps them, and their
+// in-flight orders hold the frontend's throttle for the push timeout
+// (found by the fault matrix: 12 s, then 26 s, to converge after a
+// frontend was killed).
+func TestRestartedFrontendUsesNewConnIDs(t *testing.T) {
+	url := natstest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.DefaultTimeout)
+	defer cancel()
+	first := runFrontend(t, url, "fe-x", nil)
+	c := dial(ctx, t, first.addr, sidecar())
+	c.send(&discovery.DiscoveryRequest{TypeUrl: resource.ClusterType})
+	c.recv()
+	first.waitRegistered(t, 1)
+	kv, err := first.js.KeyValue(ctx, first.names.RegistryBucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := connKeys(t, kv, "fe-x")
+	entry, err := kv.Get(ctx, before[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	first.stop()
+	// What SIGKILL leaves behind: the entry, not removed.
+	testutil.Eventually(t, "first frontend deregistered", func() bool {
+		_, err := kv.Get(ctx, bus.FrontendKey("fe-x")) // removed last
+		return err != nil
+	})
+	if _, err := kv.Put(ctx, before[0], entry.Value()); err != nil {
+		t.Fatal(err)
+	}
+
+	second := runFrontend(t, url, "fe-x", nil)
+	c2 := dial(ctx, t, second.addr, sidecar())
+	c2.send(&discovery.DiscoveryRequest{TypeUrl: resource.ClusterType})
+	c2.recv()
+	// The dead connection's entry is removed at start (else the pusher
+	// keeps pushing it, and its in-flight orders hold the frontend's
+	// throttle slots until they time out), and the new one has a new id.
+	testutil.Eventually(t, "the dead connection's entry removed, the new one registered", func() bool {
+		after := connKeys(t, kv, "fe-x")
+		return len(after) == 1 && after[0] != before[0]
+	})
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"strconv"
 	"sync"
 	"time"
 
@@ -75,6 +76,10 @@ func Run(ctx context.Context, cfg Config, d svc.Deps) error {
 		metrics: m,
 		drainCh: make(chan struct{}),
 		conns:   make(map[string]*conn),
+		// A frontend killed with SIGKILL leaves its connections' entries
+		// and the pusher's in-flight orders for them behind: a restarted
+		// one must not reuse their ids.
+		incarnation: strconv.FormatInt(time.Now().UnixMilli(), 36),
 
 		meshConfig: meshCfg,
 		limits: streamLimits{
@@ -156,6 +161,7 @@ func Run(ctx context.Context, cfg Config, d svc.Deps) error {
 	)...)
 	s.register(gs)
 
+	s.registry.removeStale(ctx) // before any connection of ours is registered
 	var wg sync.WaitGroup
 	runCtx, cancelRun := context.WithCancel(context.Background())
 	defer cancelRun()

@@ -775,6 +775,7 @@ func (e *scriptEnv) registry() []string {
 var scriptMetrics = []string{
 	"pilot_total_xds_rejects", "pilot_xds_expired_nonce", "pilotwire_ads_pushes_deferred_total",
 	"pilot_xds_pushes", "pilotwire_ads_bad_requests_total", "pilotwire_ads_generate_errors_total",
+	"pilotwire_ads_push_orders_not_newer_total",
 }
 
 func (e *scriptEnv) metrics() []string {

@@ -33,10 +33,14 @@ type Server struct {
 	drainCh   chan struct{}
 	drainOnce sync.Once
 	connSeq   atomic.Uint64
-	limiter   *rate.Limiter  // nil: no admission limit
-	limits    streamLimits   // what one stream may do
-	identity  *identityCheck // nil: no TLS identity check
-	responses responseCache  // shared by connections with alike watches
+	// incarnation tells this process's connection ids from those of an
+	// earlier process with the same frontend id ("" in tests: ids stay
+	// <frontend>-<n>)
+	incarnation string
+	limiter     *rate.Limiter  // nil: no admission limit
+	limits      streamLimits   // what one stream may do
+	identity    *identityCheck // nil: no TLS identity check
+	responses   responseCache  // shared by connections with alike watches
 
 	// set at construction; nil is Istio's defaults
 	meshConfig *meshconfig.MeshConfig
@@ -92,7 +96,11 @@ func (s *Server) admit() error {
 }
 
 func (s *Server) nextConnID() string {
-	return s.id + "-" + strconv.FormatUint(s.connSeq.Add(1), 10)
+	n := strconv.FormatUint(s.connSeq.Add(1), 10)
+	if s.incarnation == "" {
+		return s.id + "-" + n
+	}
+	return s.id + "-" + s.incarnation + "-" + n
 }
 
 // addConn makes the connection reachable by push orders. Its registry entry

@@ -84,6 +84,12 @@ func (p *Pusher) applyEntry(e jetstream.KeyValueEntry) {
 			p.m.badMessages.WithLabelValues("registry").Inc()
 			return
 		}
+		if _, ok := p.forgotten[fe]; ok {
+			// Forgotten for a silent heartbeat, heard from again: its
+			// connections may not be written again (relearnFrontends).
+			delete(p.forgotten, fe)
+			p.relearn[fe] = true
+		}
 		p.frontends[fe] = now
 		p.m.frontends.Set(float64(len(p.frontends)))
 		p.queues.setCores(fe, int(info.GetCores()))

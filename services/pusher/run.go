@@ -61,8 +61,13 @@ type Pusher struct {
 	//   - NATS and KV calls are made with no lock held.
 
 	// guarded by mu
-	mu         sync.Mutex
-	frontends  map[string]time.Time // local time of each live frontend's last heartbeat
+	mu        sync.Mutex
+	frontends map[string]time.Time // local time of each live frontend's last heartbeat
+	// forgotten: frontends expired for a silent heartbeat, and when (kept
+	// forgetFor); one heard from again has its connections read back from
+	// the registry (relearn)
+	forgotten  map[string]time.Time
+	relearn    map[string]bool
 	conns      map[string]*connState
 	latest     uint64 // through_seq of the latest PushRequest
 	synced     bool   // registry's initial values are loaded
@@ -154,6 +159,8 @@ func runActive(ctx, leaseCtx context.Context, cfg Config, names bus.Names, pushe
 		maxBytes:  maxBatchBytes(cfg, d.NC),
 		leaseRev:  lease.Revision(leaseCtx),
 		frontends: make(map[string]time.Time),
+		forgotten: make(map[string]time.Time),
+		relearn:   make(map[string]bool),
 		conns:     make(map[string]*connState),
 		inflight:  make(map[uint64]*inflight),
 	}

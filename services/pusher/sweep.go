@@ -2,7 +2,10 @@ package pusher
 
 import (
 	"context"
+	"fmt"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"google.golang.org/protobuf/proto"
 
@@ -21,11 +24,17 @@ func (p *Pusher) sweep(ctx context.Context) {
 		case <-t.C:
 		}
 		p.expireFrontends(ctx)
+		p.relearnFrontends(ctx)
 		p.expireOrders()
 		p.checkLatest(ctx)
 		p.resync()
 	}
 }
+
+// forgetFor bounds how long a forgotten frontend is remembered for
+// relearnFrontends (so the set stays bounded by the frontends of the last
+// hour).
+const forgetFor = time.Hour
 
 func (p *Pusher) expireFrontends(ctx context.Context) {
 	now := p.now()
@@ -35,9 +44,15 @@ func (p *Pusher) expireFrontends(ctx context.Context) {
 	}
 	var deads []dead
 	p.mu.Lock()
+	for id, at := range p.forgotten {
+		if now.Sub(at) > forgetFor {
+			delete(p.forgotten, id)
+		}
+	}
 	for id, seen := range p.frontends {
 		if now.Sub(seen) > p.cfg.FrontendTimeout {
 			deads = append(deads, dead{fe: id, conns: p.forgetFrontendLocked(id)})
+			p.forgotten[id] = now
 		}
 	}
 	p.mu.Unlock()
@@ -53,6 +68,67 @@ func (p *Pusher) expireFrontends(ctx context.Context) {
 				p.m.registryErrors.Inc()
 				p.log.Warn("clean registry entry of a dead frontend", "key", k, "err", err)
 			}
+		}
+	}
+}
+
+// relearnFrontends reads back from the registry the connections of every
+// frontend heard from again after it was forgotten. Its heartbeats stop
+// reaching the registry when the bucket has no leader (a NATS node lost),
+// and the cleanup of its entries then fails for the same reason: the
+// frontend never sees its entry removed, so it does not register its
+// connections again, and without this they would never be pushed.
+func (p *Pusher) relearnFrontends(ctx context.Context) {
+	p.mu.Lock()
+	fes := make([]string, 0, len(p.relearn))
+	for fe := range p.relearn {
+		fes = append(fes, fe)
+		delete(p.relearn, fe)
+	}
+	p.mu.Unlock()
+	for _, fe := range fes {
+		n, err := p.readConns(ctx, fe)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			p.m.registryErrors.Inc()
+			p.log.Warn("read back the connections of a frontend heard from again, retrying", "frontend", fe, "err", err)
+			p.mu.Lock()
+			p.relearn[fe] = true
+			p.mu.Unlock()
+			continue
+		}
+		p.log.Info("frontend heard from again after it was forgotten: connections read back from the registry", "frontend", fe, "connections", n)
+	}
+}
+
+// readConns applies the registry entries of every connection of fe.
+func (p *Pusher) readConns(ctx context.Context, fe string) (int, error) {
+	filter := bus.ConnKeyKind + "." + bus.EscapeToken(fe) + ".>"
+	w, err := p.kv.Watch(ctx, filter, jetstream.IgnoreDeletes())
+	if err != nil {
+		return 0, fmt.Errorf("watch %s: %w", filter, err)
+	}
+	defer func() { _ = w.Stop() }()
+	t := time.NewTimer(10 * time.Second)
+	defer t.Stop()
+	n := 0
+	for {
+		select {
+		case <-ctx.Done():
+			return n, ctx.Err()
+		case <-t.C:
+			return n, fmt.Errorf("watch %s: no end of the initial values within 10s", filter)
+		case e, ok := <-w.Updates():
+			if !ok {
+				return n, fmt.Errorf("watch %s: closed", filter)
+			}
+			if e == nil { // the initial values are all in
+				return n, nil
+			}
+			p.applyEntry(e)
+			n++
 		}
 	}
 }

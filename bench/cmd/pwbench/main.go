@@ -1,8 +1,9 @@
 // Command pwbench is pilotwire's benchmark harness, kept apart from the
 // product: `pwbench run` benchmarks pilotwire against go-control-plane side
 // by side (docs/benchmarks.md), `pwbench loadgen` simulates Envoy sidecars,
-// `pwbench baseline` serves a YAML directory with go-control-plane, and
-// `pwbench mesh` writes the benchmark's mesh as YAML.
+// `pwbench baseline` serves a YAML directory with go-control-plane,
+// `pwbench mesh` writes the benchmark's mesh as YAML, and `pwbench faults`
+// runs the fault matrix (docs/reliability.md).
 package main
 
 import (
@@ -18,6 +19,6 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newBenchCmd(), newMeshCmd(), newLoadgenCmd(), newBaselineCmd())
+	root.AddCommand(newBenchCmd(), newMeshCmd(), newLoadgenCmd(), newBaselineCmd(), newFaultsCmd())
 	svc.Main(root)
 }

@@ -67,8 +67,9 @@ var (
 // orderRef is a push order waiting for a connection's loop, with the subject
 // its completion goes to.
 type orderRef struct {
-	order *pb.PushOrder
-	reply string
+	order   *pb.PushOrder
+	reply   string
+	batchTo string // the batch's done_batch_subject ("": one PushDone on reply)
 }
 
 // conn is one xDS stream: state of the world or delta, aggregated (ADS) or

@@ -29,6 +29,7 @@ type metrics struct {
 	deferred        *prometheus.CounterVec
 	reregistrations prometheus.Counter
 	doneErrors      prometheus.Counter
+	doneMessages    prometheus.Counter
 	generateErrors  *prometheus.CounterVec
 	routers         prometheus.Counter
 	internalErrors  prometheus.Counter
@@ -113,6 +114,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		doneErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "pilotwire_ads_push_done_errors_total", Help: "PushDone reports that could not be published (the pusher's timeout re-queues the push).",
 		}),
+		doneMessages: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pilotwire_ads_push_done_batches_total", Help: "PushDoneBatch messages published (each carries the completions gathered while the previous one was sent).",
+		}),
 		generateErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pilotwire_ads_generate_errors_total", Help: "Failed generations of a response, by type.",
 		}, []string{"type"}),
@@ -122,6 +126,6 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}, func() float64 { return float64(xdsgen.Marshals()) })
 	reg.MustRegister(marshals, m.routers, m.connections, m.pushes, m.rejects, m.expiredNonce, m.sendErrors, m.badRequests,
 		m.badRecords, m.appliedSeq, m.orders, m.ordersDropped, m.responseBytes, m.registryErrors,
-		m.deliveryDrops, m.admitRejects, m.convergence, m.pushTime, m.sendTime, m.configSize, m.deferred, m.reregistrations, m.doneErrors, m.generateErrors)
+		m.deliveryDrops, m.admitRejects, m.convergence, m.pushTime, m.sendTime, m.configSize, m.deferred, m.reregistrations, m.doneErrors, m.doneMessages, m.generateErrors)
 	return m
 }

@@ -104,6 +104,7 @@ func Run(ctx context.Context, cfg Config, d svc.Deps) error {
 		dirty:     make(map[string]*pb.ConnectionInfo),
 		connCount: s.connCount,
 		applied:   gate.get,
+		pushRate:  func() float64 { return s.orders.meter.sample(time.Now()) },
 		all:       s.connInfos,
 	}
 
@@ -153,8 +154,9 @@ func Run(ctx context.Context, cfg Config, d svc.Deps) error {
 	var wg sync.WaitGroup
 	runCtx, cancelRun := context.WithCancel(context.Background())
 	defer cancelRun()
-	wg.Add(2)
+	wg.Add(3)
 	go func() { defer wg.Done(); s.orders.run(runCtx) }()
+	go func() { defer wg.Done(); s.orders.flushDones(runCtx) }()
 	go func() { defer wg.Done(); s.registry.run(runCtx) }()
 	if err := s.orders.subscribe(names.OrdersSubject(cfg.FrontendID)); err != nil {
 		cancelRun()

@@ -86,6 +86,7 @@ type conn struct {
 	connected time.Time
 	log       *slog.Logger
 	notify    chan struct{} // cap 1: orders are waiting
+	admitted  func()        // frees the stream's admission slot (idempotent); nil in tests
 
 	// the latest registry view of the connection, for debug endpoints
 	published atomic.Pointer[pb.ConnectionInfo]

@@ -22,6 +22,8 @@ type metrics struct {
 	registryErrors  prometheus.Counter
 	deliveryDrops   prometheus.Counter
 	admitRejects    prometheus.Counter
+	admitWaiting    prometheus.Gauge
+	admitWait       prometheus.Histogram
 	convergence     prometheus.Histogram
 	pushTime        *prometheus.HistogramVec
 	sendTime        prometheus.Histogram
@@ -85,6 +87,14 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		admitRejects: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "pilotwire_ads_streams_rejected_total", Help: "New streams refused by the admission rate limit.",
 		}),
+		admitWaiting: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "pilotwire_ads_streams_waiting", Help: "New streams waiting for an admission slot.",
+		}),
+		admitWait: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "pilotwire_ads_admission_wait_seconds",
+			Help:    "Time new streams that had to wait waited for an admission slot.",
+			Buckets: []float64{.01, .05, .1, .5, 1, 2, 5, 10, 30},
+		}),
 		convergence: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "pilot_proxy_convergence_time",
 			Help:    "Delay in seconds between a config change being observed and a proxy receiving it.",
@@ -126,6 +136,6 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}, func() float64 { return float64(xdsgen.Marshals()) })
 	reg.MustRegister(marshals, m.routers, m.connections, m.pushes, m.rejects, m.expiredNonce, m.sendErrors, m.badRequests,
 		m.badRecords, m.appliedSeq, m.orders, m.ordersDropped, m.responseBytes, m.registryErrors,
-		m.deliveryDrops, m.admitRejects, m.convergence, m.pushTime, m.sendTime, m.configSize, m.deferred, m.reregistrations, m.doneErrors, m.doneMessages, m.generateErrors)
+		m.deliveryDrops, m.admitRejects, m.admitWaiting, m.admitWait, m.convergence, m.pushTime, m.sendTime, m.configSize, m.deferred, m.reregistrations, m.doneErrors, m.doneMessages, m.generateErrors)
 	return m
 }

@@ -136,9 +136,11 @@ func Run(ctx context.Context, cfg Config, d svc.Deps) error {
 		lis.Close()
 		return fmt.Errorf("--client-ca needs --tls-cert and --tls-key")
 	}
+	var limiter *rate.Limiter
 	if cfg.NewStreamRate > 0 {
-		s.limiter = rate.NewLimiter(rate.Limit(cfg.NewStreamRate), max(cfg.NewStreamBurst, 1))
+		limiter = rate.NewLimiter(rate.Limit(cfg.NewStreamRate), max(cfg.NewStreamBurst, 1))
 	}
+	s.admission = newAdmission(cfg.syncingStreams(), cfg.AdmissionWait, cfg.AdmissionHold, cfg.MaxWaitingStreams, limiter, m)
 	gs := grpc.NewServer(append(creds,
 		grpc.KeepaliveParams(keepalive.ServerParameters{
 			MaxConnectionAge:      cfg.MaxConnectionAge,

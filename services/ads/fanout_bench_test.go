@@ -38,12 +38,13 @@ import (
 // pushes), the p50 and p99 over every proxy of every push of the time from
 // the PushRequest's publication to the proxy receiving it, and the CPU the
 // whole process used per push (pusher, frontends, NATS server and clients
-// together). -short runs 500 proxies.
+// together). -short runs 500 proxies, PILOTWIRE_BENCH_PROXIES another
+// number; PILOT_PUSH_THROTTLE fixes the pusher's throttle.
 //
 // -pushprofile FILE writes a CPU profile of the pushes alone (not the set-up
 // and initial sync that -test.cpuprofile would include).
 func BenchmarkFanOutNATS(b *testing.B) {
-	n := 5000
+	n := svc.EnvInt("PILOTWIRE_BENCH_PROXIES", 5000)
 	if testing.Short() {
 		n = 500
 	}
@@ -158,6 +159,9 @@ func benchFanOutNATS(b *testing.B, proxies, frontends int) {
 	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
 	b.ReportMetric(float64(lat[(len(lat)*99)/100].Microseconds())/1000, "p99-ms")
 	b.ReportMetric(cpu.Seconds()*1000/float64(b.N), "cpu-ms/push")
+	// Pushes lost and resynced (a done that never came, a failed send):
+	// each costs a connection a push timeout.
+	b.ReportMetric(testutil.Metric(preg, "pilotwire_pusher_lost_pushes_total"), "lost")
 }
 
 var pushProfile = flag.String("pushprofile", "", "BenchmarkFanOutNATS: write a CPU profile of the pushes alone to this file")
@@ -238,7 +242,7 @@ func startBenchPusher(t testing.TB, url string) *prometheus.Registry {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- pusher.Run(ctx, pusher.Config{Common: svc.Common{NATSURL: url, Prefix: "pw"}, ID: "bench-pusher"},
+		done <- pusher.Run(ctx, pusher.Config{Common: svc.Common{NATSURL: url, Prefix: "pw"}, ID: "bench-pusher", Throttle: svc.EnvInt("PILOT_PUSH_THROTTLE", 0)},
 			svc.Deps{NC: nc, JS: js, Log: slog.New(slog.DiscardHandler), Reg: reg, Health: &svc.Health{}})
 	}()
 	t.Cleanup(func() {

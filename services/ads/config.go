@@ -37,7 +37,7 @@ type Config struct {
 	// most AdmissionHold), and new streams beyond it wait for a slot, up to
 	// AdmissionWait, instead of being refused; so the frontend admits
 	// streams as fast as it serves them (--syncing-streams, env
-	// PILOTWIRE_SYNCING_STREAMS; default 0: 128 per core; negative: no
+	// PILOTWIRE_SYNCING_STREAMS; default 0: 1024 per core; negative: no
 	// bound).
 	SyncingStreams int
 	// AdmissionWait is the longest a new stream waits for a slot before it
@@ -94,7 +94,7 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.TLSKey, "tls-key", svc.EnvString("PILOTWIRE_TLS_KEY", d.TLSKey), "private key of --tls-cert (PEM; env PILOTWIRE_TLS_KEY)")
 	fs.StringVar(&c.ClientCA, "client-ca", svc.EnvString("PILOTWIRE_CLIENT_CA", d.ClientCA), "require client certificates signed by this CA and check their SPIFFE identity against the node's namespace (env PILOTWIRE_CLIENT_CA)")
 	fs.StringVar(&c.TrustDomain, "trust-domain", svc.EnvString("PILOTWIRE_TRUST_DOMAIN", d.TrustDomain), "with --client-ca, the SPIFFE trust domain clients must have; empty accepts any (env PILOTWIRE_TRUST_DOMAIN)")
-	fs.IntVar(&c.SyncingStreams, "syncing-streams", svc.EnvInt("PILOTWIRE_SYNCING_STREAMS", d.SyncingStreams), "new streams admitted at once, each until its client's first ACK; more wait for a slot; 0: 128 per core; negative: no bound (env PILOTWIRE_SYNCING_STREAMS)")
+	fs.IntVar(&c.SyncingStreams, "syncing-streams", svc.EnvInt("PILOTWIRE_SYNCING_STREAMS", d.SyncingStreams), "new streams admitted at once, each until its client's first ACK; more wait for a slot; 0: 1024 per core; negative: no bound (env PILOTWIRE_SYNCING_STREAMS)")
 	fs.DurationVar(&c.AdmissionWait, "admission-wait", svc.EnvDuration("PILOTWIRE_ADMISSION_WAIT", d.AdmissionWait), "a new stream waiting longer than this for an admission slot gets ResourceExhausted (env PILOTWIRE_ADMISSION_WAIT)")
 	fs.IntVar(&c.MaxWaitingStreams, "max-waiting-streams", svc.EnvInt("PILOTWIRE_MAX_WAITING_STREAMS", d.MaxWaitingStreams), "new streams beyond this many waiting for a slot get ResourceExhausted at once (env PILOTWIRE_MAX_WAITING_STREAMS)")
 	fs.Float64Var(&c.NewStreamRate, "new-stream-rate", float64(svc.EnvInt("PILOTWIRE_NEW_STREAM_RATE", int(d.NewStreamRate))), "also refuse new xDS streams beyond this many per second with ResourceExhausted; 0: no fixed rate (env PILOTWIRE_NEW_STREAM_RATE)")
@@ -123,14 +123,14 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// syncingStreams is the admission's slot count: SyncingStreams, 128 per
+// syncingStreams is the admission's slot count: SyncingStreams, 1024 per
 // core when 0, no bound (0) when negative.
 func (c Config) syncingStreams() int {
 	switch {
 	case c.SyncingStreams < 0:
 		return 0
 	case c.SyncingStreams == 0:
-		return 128 * runtime.GOMAXPROCS(0)
+		return 1024 * runtime.GOMAXPROCS(0)
 	}
 	return c.SyncingStreams
 }

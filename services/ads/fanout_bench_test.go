@@ -106,6 +106,12 @@ func benchFanOutNATS(b *testing.B, proxies, frontends int) {
 	testutil.Eventually(b, "pusher knows every connection", func() bool {
 		return testutil.Metric(preg, "pilotwire_pusher_connections") == float64(proxies)
 	})
+	// A connection's entry is written first with its CDS watch, again once
+	// it names its load assignments: wait for the second, or the first
+	// pushes would be scoped against (and race with) late entries.
+	for _, f := range fes {
+		waitWatching(b, f, resource.EndpointType)
+	}
 
 	var lat []time.Duration
 	var spread, cpu time.Duration
@@ -253,6 +259,38 @@ func startBenchPusher(t testing.TB, url string) *prometheus.Registry {
 	})
 	testutil.Eventually(t, "pusher active", func() bool { return testutil.Metric(reg, "pilotwire_pusher_leader") == 1 })
 	return reg
+}
+
+// waitWatching waits until every connection entry f wrote names resources
+// of type typeURL.
+func waitWatching(t testing.TB, f *frontend, typeURL string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.DefaultTimeout)
+	defer cancel()
+	kv, err := f.js.KeyValue(ctx, f.names.RegistryBucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, "every entry of "+f.id+" watching "+typeURL, func() bool {
+		lister, err := kv.ListKeysFiltered(ctx, "conn."+f.id+".>")
+		if err != nil {
+			return false
+		}
+		ok := true
+		for k := range lister.Keys() {
+			if !ok {
+				continue // drain the lister
+			}
+			e, err := kv.Get(ctx, k)
+			ci := &pb.ConnectionInfo{}
+			if err != nil || proto.Unmarshal(e.Value(), ci) != nil || !slices.ContainsFunc(ci.GetWatches(), func(w *pb.Watch) bool {
+				return w.GetTypeUrl() == typeURL && len(w.GetNames()) > 0
+			}) {
+				ok = false
+			}
+		}
+		return ok
+	})
 }
 
 // processCPU is the user and system CPU time this process has used.

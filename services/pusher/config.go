@@ -25,9 +25,12 @@ type Config struct {
 	// PushWindow: with Throttle 0, a frontend that reports its push rate
 	// (orders completed per second of work) gets that rate times PushWindow
 	// in flight, if that is above Istio's default for its cores: enough to
-	// keep it busy across the round trips of orders and completions, little
-	// more queued at it (--push-window, env PILOTWIRE_PUSH_WINDOW, default
-	// 100ms; capped at 10,000 connections).
+	// keep it busy across the round trip of orders and completions (a few
+	// milliseconds over NATS), little more queued at it. Measured on 2
+	// shared cores, 100ms (300 in flight instead of 25) doubled the CPU of
+	// an endpoint push: responses generated at once contend (docs/
+	// benchmarks.md). (--push-window, env PILOTWIRE_PUSH_WINDOW, default
+	// 10ms; capped at 10,000 connections.)
 	PushWindow time.Duration
 	// Shard names this pusher's durable consumer; one active pusher per
 	// shard (--shard, env PILOTWIRE_PUSHER_SHARD, default "0"). Sharding by
@@ -88,7 +91,7 @@ func DefaultConfig() Config {
 		FrontendTimeout: 6 * time.Second,
 		LeaseTTL:        lease.DefaultTTL,
 		MaxBatch:        256,
-		PushWindow:      100 * time.Millisecond,
+		PushWindow:      10 * time.Millisecond,
 		ResyncInterval:  time.Second,
 		ResyncMax:       time.Minute,
 		BehindGrace:     15 * time.Second,

@@ -147,9 +147,9 @@ func (f *fakeFrontend) handle(m *nats.Msg) {
 // sendBatch sends dones as one PushDoneBatch, as the ADS frontend does.
 func (f *fakeFrontend) sendBatch(subject string, dones []*pb.PushDone) {
 	b, _ := proto.Marshal(&pb.PushDoneBatch{Dones: dones, Frontend: f.id})
-	if err := f.nc.Publish(subject, b); err != nil {
-		f.t.Errorf("publish done batch: %v", err)
-	}
+	// As with single dones, a failed publish (the connection closing at
+	// the end of a test) is a lost done, which the pusher's timeout covers.
+	_ = f.nc.Publish(subject, b)
 	f.mu.Lock()
 	f.batches++
 	f.mu.Unlock()

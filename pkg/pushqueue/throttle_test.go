@@ -2,7 +2,9 @@ package pushqueue
 
 import (
 	"context"
+	"math"
 	"testing"
+	"time"
 
 	"github.com/pilotwire/pilotwire/internal/testkit/testutil"
 )
@@ -51,5 +53,29 @@ func TestSetMaxInFlight(t *testing.T) {
 	q.MarkDone("c")
 	if c, _, ok := q.TryDequeue(); !ok || c != "d" {
 		t.Errorf("TryDequeue once under the lowered cap = %q, %v; want d", c, ok)
+	}
+}
+
+func TestThrottleForRate(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		cores  int
+		rate   float64
+		window time.Duration
+		want   int
+	}{
+		{name: "not measured: Istio's default", cores: 2, want: 25},
+		{name: "slow frontend: never below Istio's default", cores: 2, rate: 100, window: 100 * time.Millisecond, want: 25},
+		{name: "a tenth of a second of work", cores: 2, rate: 8000, window: 100 * time.Millisecond, want: 800},
+		{name: "rounded up", cores: 2, rate: 2501, window: 100 * time.Millisecond, want: 251},
+		{name: "capped", cores: 64, rate: 1e9, window: time.Second, want: MaxAdaptiveThrottle},
+		{name: "no window: Istio's default", cores: 16, rate: 8000, want: 95},
+		{name: "garbage rate", cores: 2, rate: math.Inf(1), window: time.Second, want: 25},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := ThrottleForRate(tc.cores, tc.rate, tc.window); got != tc.want {
+				t.Errorf("ThrottleForRate(%d, %v, %v) = %d, want %d", tc.cores, tc.rate, tc.window, got, tc.want)
+			}
+		})
 	}
 }

@@ -1,6 +1,7 @@
 package ads
 
 import (
+	"runtime"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -31,8 +32,28 @@ type Config struct {
 	// TLSCert and TLSKey enable TLS on the listener; ClientCA adds mutual
 	// TLS with a SPIFFE identity check (TrustDomain, if set, must match).
 	TLSCert, TLSKey, ClientCA, TrustDomain string
-	// NewStreamRate and NewStreamBurst bound how fast new streams are
-	// admitted (0: no limit); the rest get ResourceExhausted.
+	// SyncingStreams bounds the new streams being admitted at once: a
+	// stream holds a slot from admission until the client's first ACK (at
+	// most AdmissionHold), and new streams beyond it wait for a slot, up to
+	// AdmissionWait, instead of being refused; so the frontend admits
+	// streams as fast as it serves them (--syncing-streams, env
+	// PILOTWIRE_SYNCING_STREAMS; default 0: 1024 per core; negative: no
+	// bound).
+	SyncingStreams int
+	// AdmissionWait is the longest a new stream waits for a slot before it
+	// is refused with ResourceExhausted (--admission-wait, env
+	// PILOTWIRE_ADMISSION_WAIT, default 30s, Envoy's longest backoff).
+	AdmissionWait time.Duration
+	// AdmissionHold is the longest a stream holds its slot without ACKing
+	// (no flag; default 5s).
+	AdmissionHold time.Duration
+	// MaxWaitingStreams: beyond this many streams waiting for a slot, new
+	// ones are refused at once (--max-waiting-streams, env
+	// PILOTWIRE_MAX_WAITING_STREAMS, default 20000).
+	MaxWaitingStreams int
+	// NewStreamRate and NewStreamBurst, if set, also refuse new streams
+	// beyond a fixed rate with ResourceExhausted (default 0: no fixed
+	// rate; the slots above adapt instead).
 	NewStreamRate  float64
 	NewStreamBurst int
 	// Limits on one stream's behaviour (0 disables each). A stream over a
@@ -73,7 +94,9 @@ func DefaultConfig() Config {
 		DrainDuration:     5 * time.Second,
 		HeartbeatInterval: 2 * time.Second,
 		RecordDeliveries:  true,
-		NewStreamRate:     1000,
+		AdmissionWait:     30 * time.Second,
+		AdmissionHold:     5 * time.Second,
+		MaxWaitingStreams: 20000,
 		NewStreamBurst:    1000,
 		MaxResourceNames:  50000,
 		RequestRate:       100,
@@ -96,7 +119,10 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.TLSKey, "tls-key", svc.EnvString("PILOTWIRE_TLS_KEY", d.TLSKey), "private key of --tls-cert (PEM; env PILOTWIRE_TLS_KEY)")
 	fs.StringVar(&c.ClientCA, "client-ca", svc.EnvString("PILOTWIRE_CLIENT_CA", d.ClientCA), "require client certificates signed by this CA and check their SPIFFE identity against the node's namespace (env PILOTWIRE_CLIENT_CA)")
 	fs.StringVar(&c.TrustDomain, "trust-domain", svc.EnvString("PILOTWIRE_TRUST_DOMAIN", d.TrustDomain), "with --client-ca, the SPIFFE trust domain clients must have; empty accepts any (env PILOTWIRE_TRUST_DOMAIN)")
-	fs.Float64Var(&c.NewStreamRate, "new-stream-rate", float64(svc.EnvInt("PILOTWIRE_NEW_STREAM_RATE", int(d.NewStreamRate))), "new xDS streams admitted per second; the rest get ResourceExhausted; 0 disables (env PILOTWIRE_NEW_STREAM_RATE)")
+	fs.IntVar(&c.SyncingStreams, "syncing-streams", svc.EnvInt("PILOTWIRE_SYNCING_STREAMS", d.SyncingStreams), "new streams admitted at once, each until its client's first ACK; more wait for a slot; 0: 1024 per core; negative: no bound (env PILOTWIRE_SYNCING_STREAMS)")
+	fs.DurationVar(&c.AdmissionWait, "admission-wait", svc.EnvDuration("PILOTWIRE_ADMISSION_WAIT", d.AdmissionWait), "a new stream waiting longer than this for an admission slot gets ResourceExhausted (env PILOTWIRE_ADMISSION_WAIT)")
+	fs.IntVar(&c.MaxWaitingStreams, "max-waiting-streams", svc.EnvInt("PILOTWIRE_MAX_WAITING_STREAMS", d.MaxWaitingStreams), "new streams beyond this many waiting for a slot get ResourceExhausted at once (env PILOTWIRE_MAX_WAITING_STREAMS)")
+	fs.Float64Var(&c.NewStreamRate, "new-stream-rate", float64(svc.EnvInt("PILOTWIRE_NEW_STREAM_RATE", int(d.NewStreamRate))), "also refuse new xDS streams beyond this many per second with ResourceExhausted; 0: no fixed rate (env PILOTWIRE_NEW_STREAM_RATE)")
 	fs.IntVar(&c.NewStreamBurst, "new-stream-burst", svc.EnvInt("PILOTWIRE_NEW_STREAM_BURST", d.NewStreamBurst), "burst of new streams admitted at once (env PILOTWIRE_NEW_STREAM_BURST)")
 	fs.IntVar(&c.MaxResourceNames, "max-resource-names", svc.EnvInt("PILOTWIRE_MAX_RESOURCE_NAMES", d.MaxResourceNames), "resource names one stream may watch per type; a stream asking for more is closed with ResourceExhausted; 0 disables (env PILOTWIRE_MAX_RESOURCE_NAMES)")
 	fs.Float64Var(&c.RequestRate, "stream-request-rate", float64(svc.EnvInt("PILOTWIRE_STREAM_REQUEST_RATE", int(d.RequestRate))), "xDS requests per second one stream may send; a stream over it is closed with ResourceExhausted; 0 disables (env PILOTWIRE_STREAM_REQUEST_RATE)")
@@ -106,11 +132,34 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 }
 
 // withDefaults fills the fields whose zero value means the default: the
-// heartbeat interval (the frontend id, unique per process, is Run's to
-// make). The others keep their zero meaning (0 disables a limit).
+// heartbeat interval and the admission's waits and bound (the frontend id,
+// unique per process, is Run's to make). The others keep their zero
+// meaning (0 disables a limit; SyncingStreams 0 is sized from the cores).
 func (c Config) withDefaults() Config {
+	d := DefaultConfig()
 	if c.HeartbeatInterval <= 0 {
-		c.HeartbeatInterval = DefaultConfig().HeartbeatInterval
+		c.HeartbeatInterval = d.HeartbeatInterval
+	}
+	if c.AdmissionWait <= 0 {
+		c.AdmissionWait = d.AdmissionWait
+	}
+	if c.AdmissionHold <= 0 {
+		c.AdmissionHold = d.AdmissionHold
+	}
+	if c.MaxWaitingStreams <= 0 {
+		c.MaxWaitingStreams = d.MaxWaitingStreams
 	}
 	return c
+}
+
+// syncingStreams is the admission's slot count: SyncingStreams, 1024 per
+// core when 0, no bound (0) when negative.
+func (c Config) syncingStreams() int {
+	switch {
+	case c.SyncingStreams < 0:
+		return 0
+	case c.SyncingStreams == 0:
+		return 1024 * runtime.GOMAXPROCS(0)
+	}
+	return c.SyncingStreams
 }

@@ -68,8 +68,9 @@ var (
 // orderRef is a push order waiting for a connection's loop, with the subject
 // its completion goes to.
 type orderRef struct {
-	order *pb.PushOrder
-	reply string
+	order   *pb.PushOrder
+	reply   string
+	batchTo string // the batch's done_batch_subject ("": one PushDone on reply)
 }
 
 // conn is one xDS stream: state of the world or delta, aggregated (ADS) or
@@ -87,6 +88,7 @@ type conn struct {
 	log       *slog.Logger
 	notify    chan struct{} // cap 1: orders are waiting
 	limiter   *rate.Limiter // requests per second; nil: no limit
+	admitted  func()        // frees the stream's admission slot (idempotent); nil in tests
 
 	// the latest registry view of the connection, for debug endpoints
 	published atomic.Pointer[pb.ConnectionInfo]

@@ -24,6 +24,8 @@ type metrics struct {
 	registryErrors  prometheus.Counter
 	deliveryDrops   prometheus.Counter
 	admitRejects    prometheus.Counter
+	admitWaiting    prometheus.Gauge
+	admitWait       prometheus.Histogram
 	convergence     prometheus.Histogram
 	pushTime        *prometheus.HistogramVec
 	sendTime        prometheus.Histogram
@@ -31,6 +33,7 @@ type metrics struct {
 	deferred        *prometheus.CounterVec
 	reregistrations prometheus.Counter
 	doneErrors      prometheus.Counter
+	doneMessages    prometheus.Counter
 	generateErrors  *prometheus.CounterVec
 	routers         prometheus.Counter
 	internalErrors  prometheus.Counter
@@ -92,6 +95,14 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		admitRejects: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "pilotwire_ads_streams_rejected_total", Help: "New streams refused by the admission rate limit.",
 		}),
+		admitWaiting: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "pilotwire_ads_streams_waiting", Help: "New streams waiting for an admission slot.",
+		}),
+		admitWait: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "pilotwire_ads_admission_wait_seconds",
+			Help:    "Time new streams that had to wait waited for an admission slot.",
+			Buckets: []float64{.01, .05, .1, .5, 1, 2, 5, 10, 30},
+		}),
 		convergence: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "pilot_proxy_convergence_time",
 			Help:    "Delay in seconds between a config change being observed and a proxy receiving it.",
@@ -121,6 +132,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		doneErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "pilotwire_ads_push_done_errors_total", Help: "PushDone reports that could not be published (the pusher's timeout re-queues the push).",
 		}),
+		doneMessages: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pilotwire_ads_push_done_batches_total", Help: "PushDoneBatch messages published (each carries the completions gathered while the previous one was sent).",
+		}),
 		generateErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pilotwire_ads_generate_errors_total", Help: "Failed generations of a response, by type.",
 		}, []string{"type"}),
@@ -130,6 +144,6 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}, func() float64 { return float64(xdsgen.Marshals()) })
 	reg.MustRegister(marshals, m.routers, m.connections, m.pushes, m.rejects, m.expiredNonce, m.sendErrors, m.badRequests, m.shed,
 		m.badRecords, m.appliedSeq, m.orders, m.orderSeqs, m.ordersDropped, m.responseBytes, m.registryErrors,
-		m.deliveryDrops, m.admitRejects, m.convergence, m.pushTime, m.sendTime, m.configSize, m.deferred, m.reregistrations, m.doneErrors, m.generateErrors)
+		m.deliveryDrops, m.admitRejects, m.admitWaiting, m.admitWait, m.convergence, m.pushTime, m.sendTime, m.configSize, m.deferred, m.reregistrations, m.doneErrors, m.doneMessages, m.generateErrors)
 	return m
 }

@@ -24,10 +24,17 @@ type orderRouter struct {
 	waitTimeout time.Duration
 	batches     chan *nats.Msg // bounded; the NATS handler only enqueues
 	fence       pb.OrderFence  // drops batches from an older lease holder of a pusher shard
+	meter       pushMeter      // orders completed per busy second, for the heartbeat
 
 	// guarded by mu
 	mu  sync.Mutex
 	sub *nats.Subscription
+
+	// completions waiting for flushDones (dones.go)
+	doneNotify   chan struct{} // cap 1: completions are waiting
+	dmu          sync.Mutex
+	pendingDones map[string][]*pb.PushDone // guarded by dmu; by subject
+	doneStopped  bool                      // guarded by dmu; flushDones ended
 }
 
 func newOrderRouter(nc *nats.Conn, s *Server, gate *seqGate, log *slog.Logger) *orderRouter {
@@ -38,6 +45,7 @@ func newOrderRouter(nc *nats.Conn, s *Server, gate *seqGate, log *slog.Logger) *
 		log:         log,
 		waitTimeout: 30 * time.Second,
 		batches:     make(chan *nats.Msg, 1024),
+		doneNotify:  make(chan struct{}, 1),
 	}
 }
 
@@ -92,6 +100,7 @@ func (r *orderRouter) dispatch(ctx context.Context, m *nats.Msg) {
 		r.log.Warn("push orders from an older lease holder dropped", "pusher", batch.GetPusher(), "shard", batch.GetShard(), "lease_revision", batch.GetLeaseRevision(), "orders", len(batch.GetOrders()))
 		return
 	}
+	r.meter.started(len(batch.GetOrders()), time.Now())
 	var through uint64
 	for _, o := range batch.GetOrders() {
 		through = max(through, o.GetThroughSeq())
@@ -100,7 +109,7 @@ func (r *orderRouter) dispatch(ctx context.Context, m *nats.Msg) {
 	err := r.gate.wait(wctx, through)
 	cancel()
 	for _, o := range batch.GetOrders() {
-		ref := orderRef{order: o, reply: m.Reply}
+		ref := orderRef{order: o, reply: m.Reply, batchTo: batch.GetDoneBatchSubject()}
 		if err != nil {
 			r.log.Warn("model behind push order", "seq", through, "err", err)
 			r.done(ref, pb.PushDone_FAILED, 0, err.Error())
@@ -113,10 +122,13 @@ func (r *orderRouter) dispatch(ctx context.Context, m *nats.Msg) {
 	}
 }
 
-// done reports one order's completion to the pusher that sent it.
+// done reports one order's completion to the pusher that sent it: gathered
+// with others into a PushDoneBatch when the order's batch asked for that,
+// else alone on the batch's reply subject.
 func (r *orderRouter) done(o orderRef, res pb.PushDone_Result, synced uint64, errText string) {
 	r.s.metrics.orders.WithLabelValues(res.String()).Inc()
-	if o.reply == "" {
+	r.meter.finished(time.Now())
+	if o.reply == "" && o.batchTo == "" {
 		return
 	}
 	d := &pb.PushDone{
@@ -126,6 +138,14 @@ func (r *orderRouter) done(o orderRef, res pb.PushDone_Result, synced uint64, er
 		SyncedSeq: synced,
 		Error:     errText,
 		Frontend:  r.s.id,
+	}
+	if o.batchTo != "" {
+		if r.queueDone(o.batchTo, d) {
+			return
+		}
+		if o.reply == "" {
+			return
+		}
 	}
 	b, err := proto.Marshal(d)
 	if err != nil {

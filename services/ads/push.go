@@ -106,6 +106,7 @@ func (c *conn) flushDeferred() error {
 
 // ack records that the client applied the last response of w's type.
 func (c *conn) ack(w *watch, nonce, version string) {
+	c.releaseAdmission()
 	nacked := w.nackError != ""
 	w.nackError = "" // whatever the version: the client took the last response
 	if w.ackedVersion == version {
@@ -123,6 +124,7 @@ func (c *conn) ack(w *watch, nonce, version string) {
 // nack records and counts a rejection. It is never answered with the same
 // config; the next change is sent as usual.
 func (c *conn) nack(w *watch, nonce, msg string) {
+	c.releaseAdmission()
 	if w.nackedNonce == nonce {
 		// The same rejection again (a NACK storm): said once is enough.
 		c.s.metrics.badRequests.WithLabelValues("repeated_nack").Inc()
@@ -235,4 +237,13 @@ func (c *conn) handleOrders(orders []orderRef) error {
 		c.s.updateConn(c)
 	}
 	return sendErr
+}
+
+// releaseAdmission frees the stream's admission slot at its first answer
+// to a response: the frontend has served its first exchange.
+func (c *conn) releaseAdmission() {
+	if c.admitted != nil {
+		c.admitted()
+		c.admitted = nil
+	}
 }

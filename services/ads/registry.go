@@ -29,6 +29,7 @@ type registry struct {
 	notify    chan struct{}
 	connCount func() int
 	applied   func() uint64
+	pushRate  func() float64              // orders completed per busy second (nil: unknown)
 	all       func() []*pb.ConnectionInfo // every connection's latest view
 
 	// guarded by mu
@@ -115,6 +116,9 @@ func (r *registry) heartbeat(ctx context.Context, rev uint64) uint64 {
 	fe.AppliedSeq = r.applied()
 	// The pusher sizes this frontend's push throttle from its cores.
 	fe.Cores = int32(runtime.GOMAXPROCS(0))
+	if r.pushRate != nil {
+		fe.PushRate = r.pushRate()
+	}
 	b, err := proto.Marshal(fe)
 	if err != nil {
 		r.log.Error("marshal heartbeat", "err", err)

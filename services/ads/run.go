@@ -115,6 +115,7 @@ func Run(ctx context.Context, cfg Config, d svc.Deps) error {
 		dirty:     make(map[string]*pb.ConnectionInfo),
 		connCount: s.connCount,
 		applied:   gate.get,
+		pushRate:  func() float64 { return s.orders.meter.sample(time.Now()) },
 		all:       s.connInfos,
 	}
 
@@ -146,9 +147,11 @@ func Run(ctx context.Context, cfg Config, d svc.Deps) error {
 		lis.Close()
 		return fmt.Errorf("--client-ca needs --tls-cert and --tls-key")
 	}
+	var limiter *rate.Limiter
 	if cfg.NewStreamRate > 0 {
-		s.limiter = rate.NewLimiter(rate.Limit(cfg.NewStreamRate), max(cfg.NewStreamBurst, 1))
+		limiter = rate.NewLimiter(rate.Limit(cfg.NewStreamRate), max(cfg.NewStreamBurst, 1))
 	}
+	s.admission = newAdmission(cfg.syncingStreams(), cfg.AdmissionWait, cfg.AdmissionHold, cfg.MaxWaitingStreams, limiter, m)
 	gs := grpc.NewServer(append(creds,
 		grpc.KeepaliveParams(keepalive.ServerParameters{
 			MaxConnectionAge:      cfg.MaxConnectionAge,
@@ -165,8 +168,9 @@ func Run(ctx context.Context, cfg Config, d svc.Deps) error {
 	var wg sync.WaitGroup
 	runCtx, cancelRun := context.WithCancel(context.Background())
 	defer cancelRun()
-	wg.Add(2)
+	wg.Add(3)
 	go func() { defer wg.Done(); s.orders.run(runCtx) }()
+	go func() { defer wg.Done(); s.orders.flushDones(runCtx) }()
 	go func() { defer wg.Done(); s.registry.run(runCtx) }()
 	if err := s.orders.subscribe(names.OrdersSubject(cfg.FrontendID)); err != nil {
 		cancelRun()

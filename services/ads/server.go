@@ -9,9 +9,6 @@ import (
 	"github.com/pilotwire/pilotwire/pkg/meshconfig"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
-	"golang.org/x/time/rate"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/pilotwire/pilotwire/pkg/model"
 )
@@ -37,7 +34,7 @@ type Server struct {
 	// earlier process with the same frontend id ("" in tests: ids stay
 	// <frontend>-<n>)
 	incarnation string
-	limiter     *rate.Limiter  // nil: no admission limit
+	admission   *admission     // nil: every stream admitted at once (admission.go)
 	limits      streamLimits   // what one stream may do
 	identity    *identityCheck // nil: no TLS identity check
 	responses   responseCache  // shared by connections with alike watches
@@ -63,36 +60,27 @@ func (s *Server) DeltaAggregatedResources(stream grpcDelta) error {
 }
 
 func (s *Server) serveSotW(stream grpcSotW, fixedType string) error {
-	if err := s.admit(); err != nil {
+	release, err := s.admission.admit(stream.Context(), s.drainCh)
+	if err != nil {
 		return err
 	}
+	defer release()
 	c := s.newConn(stream.Context(), fixedType)
+	c.admitted = release
 	c.sotw = stream
 	return c.run()
 }
 
 func (s *Server) serveDelta(stream grpcDelta, fixedType string) error {
-	if err := s.admit(); err != nil {
+	release, err := s.admission.admit(stream.Context(), s.drainCh)
+	if err != nil {
 		return err
 	}
+	defer release()
 	c := s.newConn(stream.Context(), fixedType)
+	c.admitted = release
 	c.delta = stream
 	return c.run()
-}
-
-// admit refuses new streams while draining or beyond the admission rate, so
-// a reconnect storm cannot starve the streams already served.
-func (s *Server) admit() error {
-	select {
-	case <-s.drainCh:
-		return status.Error(codes.Unavailable, "frontend draining: connect to another frontend")
-	default:
-	}
-	if s.limiter != nil && !s.limiter.Allow() {
-		s.metrics.admitRejects.Inc()
-		return status.Error(codes.ResourceExhausted, "too many new xDS streams on this frontend: retry with backoff")
-	}
-	return nil
 }
 
 func (s *Server) nextConnID() string {

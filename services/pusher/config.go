@@ -19,8 +19,19 @@ type Config struct {
 	// (--push-throttle, env PILOT_PUSH_THROTTLE; default 0: for each
 	// frontend min(15+5*cores, 100) with the cores its heartbeat reports, as
 	// Istio sizes its throttle from the cores of the istiod that generates;
-	// this pusher's own cores until a frontend has reported).
+	// this pusher's own cores until a frontend has reported; raised to
+	// PushWindow of the frontend's measured push rate once it reports one).
 	Throttle int
+	// PushWindow: with Throttle 0, a frontend that reports its push rate
+	// (orders completed per second of work) gets that rate times PushWindow
+	// in flight, if that is above Istio's default for its cores: enough to
+	// keep it busy across the round trip of orders and completions (a few
+	// milliseconds over NATS), little more queued at it. Measured on 2
+	// shared cores, 100ms (300 in flight instead of 25) doubled the CPU of
+	// an endpoint push: responses generated at once contend (docs/
+	// benchmarks.md). (--push-window, env PILOTWIRE_PUSH_WINDOW, default
+	// 10ms; capped at 10,000 connections.)
+	PushWindow time.Duration
 	// Shard names this pusher's durable consumer; one active pusher per
 	// shard (--shard, env PILOTWIRE_PUSHER_SHARD, default "0"). Sharding by
 	// frontend comes later.
@@ -80,6 +91,7 @@ func DefaultConfig() Config {
 		FrontendTimeout: 6 * time.Second,
 		LeaseTTL:        lease.DefaultTTL,
 		MaxBatch:        256,
+		PushWindow:      10 * time.Millisecond,
 		ResyncInterval:  time.Second,
 		ResyncMax:       time.Minute,
 		BehindGrace:     15 * time.Second,
@@ -93,6 +105,7 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	d := DefaultConfig()
 	c.Common.AddFlags(fs, d.Common)
 	fs.IntVar(&c.Throttle, "push-throttle", svc.EnvInt("PILOT_PUSH_THROTTLE", d.Throttle), "most connections pushed at once per frontend; 0: min(15+5*cores, 100) from each frontend's cores (env PILOT_PUSH_THROTTLE)")
+	fs.DurationVar(&c.PushWindow, "push-window", svc.EnvDuration("PILOTWIRE_PUSH_WINDOW", d.PushWindow), "with no --push-throttle, each frontend gets this long of its measured push rate in flight, at least min(15+5*cores, 100) (env PILOTWIRE_PUSH_WINDOW)")
 	fs.StringVar(&c.Shard, "shard", svc.EnvString("PILOTWIRE_PUSHER_SHARD", d.Shard), "pusher shard: names the durable consumer (env PILOTWIRE_PUSHER_SHARD)")
 	fs.DurationVar(&c.PushTimeout, "push-timeout", svc.EnvDuration("PILOTWIRE_PUSH_TIMEOUT", d.PushTimeout), "a push order without a done report after this long is lost: its slot is freed and the connection resynced (env PILOTWIRE_PUSH_TIMEOUT)")
 	fs.DurationVar(&c.FrontendTimeout, "frontend-timeout", svc.EnvDuration("PILOTWIRE_FRONTEND_TIMEOUT", d.FrontendTimeout), "a frontend without a heartbeat for this long is forgotten with its connections (env PILOTWIRE_FRONTEND_TIMEOUT)")
@@ -117,6 +130,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.LeaseTTL <= 0 {
 		c.LeaseTTL = d.LeaseTTL
+	}
+	if c.PushWindow <= 0 {
+		c.PushWindow = d.PushWindow
 	}
 	if c.MaxBatch <= 0 {
 		c.MaxBatch = d.MaxBatch

@@ -44,7 +44,11 @@ type fakeFrontend struct {
 	dropped int // batches the fence dropped
 	orders  []*pb.PushOrder
 	silent  bool
-	want    int // when len(orders) reaches want, signal reached
+	legacy  bool           // answer one PushDone per order on the reply subject, as frontends before PushDoneBatch
+	held    []*pb.PushDone // with hold: completions not yet sent
+	hold    bool           // keep completions in held until release
+	batches int            // PushDoneBatch messages sent
+	want    int            // when len(orders) reaches want, signal reached
 	reached chan struct{}
 }
 
@@ -116,15 +120,39 @@ func (f *fakeFrontend) handle(m *nats.Msg) {
 		close(f.reached)
 		f.reached = nil
 	}
-	silent := f.silent
+	silent, legacy := f.silent, f.legacy || batch.GetDoneBatchSubject() == ""
+	var dones []*pb.PushDone
+	for _, o := range batch.GetOrders() {
+		dones = append(dones, &pb.PushDone{ConnId: o.GetConnId(), PushId: o.GetPushId(), Result: pb.PushDone_SENT, SyncedSeq: o.GetThroughSeq(), Frontend: f.id})
+	}
+	if f.hold && !silent {
+		f.held = append(f.held, dones...)
+		f.mu.Unlock()
+		return
+	}
 	f.mu.Unlock()
 	if silent {
 		return
 	}
-	for _, o := range batch.GetOrders() {
-		b, _ := proto.Marshal(&pb.PushDone{ConnId: o.GetConnId(), PushId: o.GetPushId(), Result: pb.PushDone_SENT, SyncedSeq: o.GetThroughSeq(), Frontend: f.id})
-		_ = f.nc.Publish(m.Reply, b)
+	if legacy {
+		for _, d := range dones {
+			b, _ := proto.Marshal(d)
+			_ = f.nc.Publish(m.Reply, b)
+		}
+		return
 	}
+	f.sendBatch(batch.GetDoneBatchSubject(), dones)
+}
+
+// sendBatch sends dones as one PushDoneBatch, as the ADS frontend does.
+func (f *fakeFrontend) sendBatch(subject string, dones []*pb.PushDone) {
+	b, _ := proto.Marshal(&pb.PushDoneBatch{Dones: dones, Frontend: f.id})
+	// As with single dones, a failed publish (the connection closing at
+	// the end of a test) is a lost done, which the pusher's timeout covers.
+	_ = f.nc.Publish(subject, b)
+	f.mu.Lock()
+	f.batches++
+	f.mu.Unlock()
 }
 
 func (f *fakeFrontend) setSilent(s bool) {

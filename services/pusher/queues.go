@@ -2,9 +2,12 @@ package pusher
 
 import (
 	"context"
+	"runtime"
 	"sync"
+	"time"
 
 	"github.com/pilotwire/pilotwire/pkg/pushqueue"
+	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
 )
 
 // frontendQueues holds one push queue per frontend, each with its own
@@ -15,7 +18,8 @@ import (
 // added to scale out add push capacity.
 type frontendQueues struct {
 	// set at construction
-	throttle int                                                     // PILOT_PUSH_THROTTLE; 0: derived from each frontend's cores
+	throttle int                                                     // PILOT_PUSH_THROTTLE; 0: derived from each frontend's cores and rate
+	window   time.Duration                                           // work in flight per frontend when sized by its rate
 	run      func(ctx context.Context, q *pushqueue.Queue[*request]) // a dispatcher
 	ctx      context.Context
 
@@ -23,35 +27,44 @@ type frontendQueues struct {
 	// (the lock order is written down at Pusher.mu)
 	mu    sync.Mutex
 	byFE  map[string]*pushqueue.Queue[*request]
-	cores map[string]int // each frontend's cores, from its heartbeat
-	wg    sync.WaitGroup // dispatchers
+	cores map[string]int     // each frontend's cores, from its heartbeat
+	rates map[string]float64 // each frontend's measured push rate, from its heartbeat
+	wg    sync.WaitGroup     // dispatchers
 }
 
-func newFrontendQueues(ctx context.Context, throttle int, run func(context.Context, *pushqueue.Queue[*request])) *frontendQueues {
-	return &frontendQueues{throttle: throttle, run: run, ctx: ctx, byFE: make(map[string]*pushqueue.Queue[*request]), cores: make(map[string]int)}
+func newFrontendQueues(ctx context.Context, throttle int, window time.Duration, run func(context.Context, *pushqueue.Queue[*request])) *frontendQueues {
+	return &frontendQueues{
+		throttle: throttle, window: window, run: run, ctx: ctx,
+		byFE: make(map[string]*pushqueue.Queue[*request]), cores: make(map[string]int), rates: make(map[string]float64),
+	}
 }
 
 // throttleLocked is the frontend's throttle: PILOT_PUSH_THROTTLE if set,
-// else Istio's default for the frontend's cores, or for this process's
-// until its heartbeat has said.
+// else sized from the frontend's cores and measured push rate (at least
+// Istio's default for its cores; this process's cores until its heartbeat
+// has said).
 func (fq *frontendQueues) throttleLocked(fe string) int {
 	if fq.throttle > 0 {
 		return fq.throttle
 	}
-	if n := fq.cores[fe]; n > 0 {
-		return pushqueue.ThrottleFor(n)
+	cores := fq.cores[fe]
+	if cores <= 0 {
+		cores = runtime.GOMAXPROCS(0)
 	}
-	return pushqueue.DefaultThrottle()
+	return pushqueue.ThrottleForRate(cores, fq.rates[fe], fq.window)
 }
 
-// setCores records a frontend's cores and resizes its throttle.
-func (fq *frontendQueues) setCores(fe string, cores int) {
+// setCapacity records what a frontend's heartbeat says of its capacity
+// (cores, measured push rate) and resizes its throttle.
+func (fq *frontendQueues) setCapacity(fe string, info *pb.FrontendInfo) {
 	fq.mu.Lock()
 	defer fq.mu.Unlock()
-	if cores <= 0 || fq.cores[fe] == cores {
-		return
+	if n := int(info.GetCores()); n > 0 {
+		fq.cores[fe] = n
 	}
-	fq.cores[fe] = cores
+	if r := info.GetPushRate(); r > 0 {
+		fq.rates[fe] = r
+	}
 	if q, ok := fq.byFE[fe]; ok {
 		q.SetMaxInFlight(fq.throttleLocked(fe))
 	}
@@ -88,6 +101,7 @@ func (fq *frontendQueues) drop(fe string) {
 	q := fq.byFE[fe]
 	delete(fq.byFE, fe)
 	delete(fq.cores, fe)
+	delete(fq.rates, fe)
 	fq.mu.Unlock()
 	if q != nil {
 		q.ShutDown()

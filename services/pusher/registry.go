@@ -92,7 +92,7 @@ func (p *Pusher) applyEntry(e jetstream.KeyValueEntry) {
 		}
 		p.frontends[fe] = now
 		p.m.frontends.Set(float64(len(p.frontends)))
-		p.queues.setCores(fe, int(info.GetCores()))
+		p.queues.setCapacity(fe, info)
 	case bus.ConnKeyKind:
 		if deleted {
 			p.forgetConnLocked(conn)

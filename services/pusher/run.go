@@ -49,7 +49,7 @@ type Pusher struct {
 	//     them (Queue.mu: Enqueue, Remove, ShutDown).
 	//   - frontendQueues.mu is held while calling every queue in shutDown
 	//     and totals (Queue.mu: ShutDown, Len, InFlight), and the
-	//     frontend's queue in setCores (Queue.mu: SetMaxInFlight; called
+	//     frontend's queue in setCapacity (Queue.mu: SetMaxInFlight; called
 	//     with mu held, from applyEntry).
 	//   - Queue.mu is the innermost lock. The queue calls its MergeFunc,
 	//     (*request).Merge, under it; Merge is pure and takes no lock.
@@ -202,11 +202,16 @@ func runActive(ctx, leaseCtx context.Context, cfg Config, names bus.Names, pushe
 		return fmt.Errorf("subscribe done: %w", err)
 	}
 	defer func() { _ = doneSub.Unsubscribe() }()
+	batchSub, err := d.NC.Subscribe(doneBatchSubject(names, cfg.ID), p.handleDoneBatch)
+	if err != nil {
+		return fmt.Errorf("subscribe done batches: %w", err)
+	}
+	defer func() { _ = batchSub.Unsubscribe() }()
 
 	var wg sync.WaitGroup
 	bg, cancelBG := context.WithCancel(context.Background())
 	defer cancelBG()
-	p.queues = newFrontendQueues(bg, cfg.Throttle, p.dispatch)
+	p.queues = newFrontendQueues(bg, cfg.Throttle, cfg.PushWindow, p.dispatch)
 	start := func(f func(context.Context)) {
 		wg.Add(1)
 		go func() { defer wg.Done(); f(bg) }()
@@ -418,7 +423,7 @@ func (p *Pusher) addOrder(q *pushqueue.Queue[*request], batches map[string]*batc
 	p.mu.Unlock()
 	b, ok := batches[subject]
 	if !ok {
-		b = newBatcher(&pb.PushOrderBatch{Pusher: p.cfg.ID, Shard: p.cfg.Shard, LeaseRevision: p.leaseRev}, p.maxBytes)
+		b = newBatcher(&pb.PushOrderBatch{Pusher: p.cfg.ID, Shard: p.cfg.Shard, LeaseRevision: p.leaseRev, DoneBatchSubject: doneBatchSubject(p.names, p.cfg.ID)}, p.maxBytes)
 		batches[subject] = b
 	}
 	o := req.order(conn, id)
@@ -432,45 +437,6 @@ func (p *Pusher) addOrder(q *pushqueue.Queue[*request], batches map[string]*batc
 		p.send(subject, ready)
 	}
 	p.m.orders.WithLabelValues(pushTypeOf(o)).Inc()
-}
-
-// handleDone takes a frontend's PushDone report.
-func (p *Pusher) handleDone(m *nats.Msg) {
-	d := &pb.PushDone{}
-	if err := proto.Unmarshal(m.Data, d); err != nil {
-		p.m.badMessages.WithLabelValues("push_done").Inc()
-		p.log.Error("undecodable push done", "err", err)
-		return
-	}
-	p.m.dones.WithLabelValues(d.GetResult().String()).Inc()
-	p.mu.Lock()
-	f, ok := p.inflight[d.GetPushId()]
-	if !ok || f.conn != d.GetConnId() {
-		// Already given up on (timed out, or done by the registry's word):
-		// what it says of the connection is still true.
-		if c := p.conns[d.GetConnId()]; c != nil && succeeded(d.GetResult()) {
-			p.syncedLocked(c, d.GetSyncedSeq())
-		}
-		p.mu.Unlock()
-		return
-	}
-	p.endLocked(d.GetPushId(), f)
-	c := p.conns[f.conn]
-	switch {
-	case succeeded(d.GetResult()):
-		if c != nil {
-			p.syncedLocked(c, d.GetSyncedSeq())
-		}
-	case d.GetResult() == pb.PushDone_CONN_GONE:
-		p.forgetConnLocked(f.conn)
-	default:
-		p.log.Warn("push failed on frontend", "conn", f.conn, "frontend", d.GetFrontend(), "err", d.GetError())
-		if c != nil {
-			p.lostLocked(f.conn, c, "failed")
-		}
-	}
-	p.mu.Unlock()
-	p.markDone(f.frontend, f.conn)
 }
 
 func succeeded(r pb.PushDone_Result) bool {

@@ -51,6 +51,11 @@ func p50(s *StepResult) float64  { return s.Conv.P50 }
 func p99(s *StepResult) float64  { return s.Conv.P99 }
 func pmax(s *StepResult) float64 { return s.Conv.Max }
 
+// spread99 and spreadMax are the fan-out spread: from the first proxy's
+// ACK to the p99 proxy's, and to the last one's.
+func spread99(s *StepResult) float64  { return s.Conv.P99 - s.Conv.Min }
+func spreadMax(s *StepResult) float64 { return s.Conv.Max - s.Conv.Min }
+
 func (r *Report) rows() []row {
 	debounce := 0.1
 	if d, err := parseDuration(r.Settings.DebounceAfter); err == nil && d > 0 {
@@ -75,6 +80,8 @@ func (r *Report) rows() []row {
 				judge(stats.Ratio(b.Median, o.Median) >= targetRatio, "≥ 10x lower than the baseline")
 		}},
 		{label: "One endpoint changed, last proxy", value: conv(StepEndpoint, pmax), unit: unitMS},
+		{label: "One endpoint changed, fan-out spread p99 (first proxy to p99)", value: conv(StepEndpoint, spread99), unit: unitMS},
+		{label: "One endpoint changed, fan-out spread (first to last proxy)", value: conv(StepEndpoint, spreadMax), unit: unitMS},
 		{label: "One service added, p50", value: conv(StepService, p50), unit: unitMS},
 		{label: "One service added, p99", value: conv(StepService, p99), unit: unitMS},
 		{label: "Rolling restart, p99 after the last write", value: conv(StepRestart, p99), unit: unitMS},

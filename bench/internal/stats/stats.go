@@ -35,16 +35,17 @@ type Sample struct {
 	P50 float64 `json:"p50"`
 	P99 float64 `json:"p99"`
 	Max float64 `json:"max"`
+	Min float64 `json:"min"`
 }
 
-// Describe returns the size, p50, p99 and maximum of values; NaN fields
+// Describe returns the size, p50, p99, maximum and minimum of values; NaN fields
 // for an empty sample.
 func Describe(values []float64) Sample {
 	if len(values) == 0 {
-		return Sample{P50: math.NaN(), P99: math.NaN(), Max: math.NaN()}
+		return Sample{P50: math.NaN(), P99: math.NaN(), Max: math.NaN(), Min: math.NaN()}
 	}
 	s := sorted(values)
-	return Sample{N: len(s), P50: percentileSorted(s, 50), P99: percentileSorted(s, 99), Max: s[len(s)-1]}
+	return Sample{N: len(s), P50: percentileSorted(s, 50), P99: percentileSorted(s, 99), Max: s[len(s)-1], Min: s[0]}
 }
 
 // Summary is one quantity measured in several runs.

@@ -54,7 +54,7 @@ func TestPercentileDoesNotModifyInput(t *testing.T) {
 
 func TestDescribe(t *testing.T) {
 	got := Describe(seq(200))
-	want := Sample{N: 200, P50: 100, P99: 198, Max: 200}
+	want := Sample{N: 200, P50: 100, P99: 198, Max: 200, Min: 1}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("Describe (-want +got):\n%s", diff)
 	}

@@ -92,7 +92,13 @@ type FrontendInfo struct {
 	// The frontend's cores (GOMAXPROCS): the pusher sizes this frontend's
 	// push throttle from them, as Istio sizes PILOT_PUSH_THROTTLE from the
 	// cores of the istiod that generates (0: unknown).
-	Cores         int32 `protobuf:"varint,9,opt,name=cores,proto3" json:"cores,omitempty"`
+	Cores int32 `protobuf:"varint,9,opt,name=cores,proto3" json:"cores,omitempty"`
+	// Push orders this frontend completed per second while it had orders
+	// to do, measured over its recent pushes (0: not measured yet). With
+	// cores, the pusher sizes this frontend's throttle so that what is in
+	// flight keeps it busy without queueing much more than a tenth of a
+	// second of work.
+	PushRate      float64 `protobuf:"fixed64,10,opt,name=push_rate,json=pushRate,proto3" json:"push_rate,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -186,6 +192,13 @@ func (x *FrontendInfo) GetDraining() bool {
 func (x *FrontendInfo) GetCores() int32 {
 	if x != nil {
 		return x.Cores
+	}
+	return 0
+}
+
+func (x *FrontendInfo) GetPushRate() float64 {
+	if x != nil {
+		return x.PushRate
 	}
 	return 0
 }
@@ -586,7 +599,7 @@ var File_pilotwire_v1_conn_proto protoreflect.FileDescriptor
 
 const file_pilotwire_v1_conn_proto_rawDesc = "" +
 	"\n" +
-	"\x17pilotwire/v1/conn.proto\x12\fpilotwire.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xcf\x02\n" +
+	"\x17pilotwire/v1/conn.proto\x12\fpilotwire.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xec\x02\n" +
 	"\fFrontendInfo\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12%\n" +
 	"\x0eorders_subject\x18\x02 \x01(\tR\rordersSubject\x12\x19\n" +
@@ -598,7 +611,9 @@ const file_pilotwire_v1_conn_proto_rawDesc = "" +
 	"appliedSeq\x12 \n" +
 	"\vconnections\x18\a \x01(\x05R\vconnections\x12\x1a\n" +
 	"\bdraining\x18\b \x01(\bR\bdraining\x12\x14\n" +
-	"\x05cores\x18\t \x01(\x05R\x05cores\"\xbd\x02\n" +
+	"\x05cores\x18\t \x01(\x05R\x05cores\x12\x1b\n" +
+	"\tpush_rate\x18\n" +
+	" \x01(\x01R\bpushRate\"\xbd\x02\n" +
 	"\x05Watch\x12\x19\n" +
 	"\btype_url\x18\x01 \x01(\tR\atypeUrl\x12\x1a\n" +
 	"\bwildcard\x18\x02 \x01(\bR\bwildcard\x12\x14\n" +

@@ -386,8 +386,14 @@ type PushOrderBatch struct {
 	// a paused or late ex-holder cannot push after its successor (0: an
 	// unfenced sender, always admitted).
 	LeaseRevision uint64 `protobuf:"varint,4,opt,name=lease_revision,json=leaseRevision,proto3" json:"lease_revision,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// Where the frontend sends its completions as PushDoneBatch messages,
+	// several orders' (of this batch and others) in one message. Empty: the
+	// sender predates batched completions and takes one PushDone per order
+	// on the reply subject. A frontend that predates the field ignores it
+	// and answers on the reply subject, which the pusher still reads.
+	DoneBatchSubject string `protobuf:"bytes,5,opt,name=done_batch_subject,json=doneBatchSubject,proto3" json:"done_batch_subject,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *PushOrderBatch) Reset() {
@@ -446,6 +452,13 @@ func (x *PushOrderBatch) GetLeaseRevision() uint64 {
 		return x.LeaseRevision
 	}
 	return 0
+}
+
+func (x *PushOrderBatch) GetDoneBatchSubject() string {
+	if x != nil {
+		return x.DoneBatchSubject
+	}
+	return ""
 }
 
 // PushDone reports that a frontend handled a PushOrder (after sending, not
@@ -535,6 +548,61 @@ func (x *PushDone) GetFrontend() string {
 	return ""
 }
 
+// PushDoneBatch is several PushDone reports of one frontend in one
+// message, sent to a PushOrderBatch's done_batch_subject: a push to N
+// connections of a frontend costs a few messages back, not N.
+type PushDoneBatch struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Dones         []*PushDone            `protobuf:"bytes,1,rep,name=dones,proto3" json:"dones,omitempty"`
+	Frontend      string                 `protobuf:"bytes,2,opt,name=frontend,proto3" json:"frontend,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PushDoneBatch) Reset() {
+	*x = PushDoneBatch{}
+	mi := &file_pilotwire_v1_push_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PushDoneBatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PushDoneBatch) ProtoMessage() {}
+
+func (x *PushDoneBatch) ProtoReflect() protoreflect.Message {
+	mi := &file_pilotwire_v1_push_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PushDoneBatch.ProtoReflect.Descriptor instead.
+func (*PushDoneBatch) Descriptor() ([]byte, []int) {
+	return file_pilotwire_v1_push_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *PushDoneBatch) GetDones() []*PushDone {
+	if x != nil {
+		return x.Dones
+	}
+	return nil
+}
+
+func (x *PushDoneBatch) GetFrontend() string {
+	if x != nil {
+		return x.Frontend
+	}
+	return ""
+}
+
 var File_pilotwire_v1_push_proto protoreflect.FileDescriptor
 
 const file_pilotwire_v1_push_proto_rawDesc = "" +
@@ -575,12 +643,13 @@ const file_pilotwire_v1_push_proto_rawDesc = "" +
 	"\x05start\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\x05start\x1a:\n" +
 	"\fReasonsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\"\x96\x01\n" +
+	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\"\xc4\x01\n" +
 	"\x0ePushOrderBatch\x12/\n" +
 	"\x06orders\x18\x01 \x03(\v2\x17.pilotwire.v1.PushOrderR\x06orders\x12\x16\n" +
 	"\x06pusher\x18\x02 \x01(\tR\x06pusher\x12\x14\n" +
 	"\x05shard\x18\x03 \x01(\tR\x05shard\x12%\n" +
-	"\x0elease_revision\x18\x04 \x01(\x04R\rleaseRevision\"\x9a\x02\n" +
+	"\x0elease_revision\x18\x04 \x01(\x04R\rleaseRevision\x12,\n" +
+	"\x12done_batch_subject\x18\x05 \x01(\tR\x10doneBatchSubject\"\x9a\x02\n" +
 	"\bPushDone\x12\x17\n" +
 	"\aconn_id\x18\x01 \x01(\tR\x06connId\x12\x17\n" +
 	"\apush_id\x18\x02 \x01(\x04R\x06pushId\x125\n" +
@@ -595,7 +664,10 @@ const file_pilotwire_v1_push_proto_rawDesc = "" +
 	"\tUNCHANGED\x10\x02\x12\r\n" +
 	"\tCONN_GONE\x10\x03\x12\n" +
 	"\n" +
-	"\x06FAILED\x10\x04B?Z=github.com/pilotwire/pilotwire/proto/pilotwire/v1;pilotwirev1b\x06proto3"
+	"\x06FAILED\x10\x04\"Y\n" +
+	"\rPushDoneBatch\x12,\n" +
+	"\x05dones\x18\x01 \x03(\v2\x16.pilotwire.v1.PushDoneR\x05dones\x12\x1a\n" +
+	"\bfrontend\x18\x02 \x01(\tR\bfrontendB?Z=github.com/pilotwire/pilotwire/proto/pilotwire/v1;pilotwirev1b\x06proto3"
 
 var (
 	file_pilotwire_v1_push_proto_rawDescOnce sync.Once
@@ -610,7 +682,7 @@ func file_pilotwire_v1_push_proto_rawDescGZIP() []byte {
 }
 
 var file_pilotwire_v1_push_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_pilotwire_v1_push_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_pilotwire_v1_push_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
 var file_pilotwire_v1_push_proto_goTypes = []any{
 	(PushDone_Result)(0),          // 0: pilotwire.v1.PushDone.Result
 	(*PushRequest)(nil),           // 1: pilotwire.v1.PushRequest
@@ -618,28 +690,30 @@ var file_pilotwire_v1_push_proto_goTypes = []any{
 	(*PushOrder)(nil),             // 3: pilotwire.v1.PushOrder
 	(*PushOrderBatch)(nil),        // 4: pilotwire.v1.PushOrderBatch
 	(*PushDone)(nil),              // 5: pilotwire.v1.PushDone
-	nil,                           // 6: pilotwire.v1.PushRequest.ReasonsEntry
-	nil,                           // 7: pilotwire.v1.PushOrder.ReasonsEntry
-	(*ConfigKey)(nil),             // 8: pilotwire.v1.ConfigKey
-	(*timestamppb.Timestamp)(nil), // 9: google.protobuf.Timestamp
+	(*PushDoneBatch)(nil),         // 6: pilotwire.v1.PushDoneBatch
+	nil,                           // 7: pilotwire.v1.PushRequest.ReasonsEntry
+	nil,                           // 8: pilotwire.v1.PushOrder.ReasonsEntry
+	(*ConfigKey)(nil),             // 9: pilotwire.v1.ConfigKey
+	(*timestamppb.Timestamp)(nil), // 10: google.protobuf.Timestamp
 }
 var file_pilotwire_v1_push_proto_depIdxs = []int32{
-	8,  // 0: pilotwire.v1.PushRequest.config_keys:type_name -> pilotwire.v1.ConfigKey
-	6,  // 1: pilotwire.v1.PushRequest.reasons:type_name -> pilotwire.v1.PushRequest.ReasonsEntry
-	9,  // 2: pilotwire.v1.PushRequest.start:type_name -> google.protobuf.Timestamp
-	9,  // 3: pilotwire.v1.PushRequest.emitted_at:type_name -> google.protobuf.Timestamp
+	9,  // 0: pilotwire.v1.PushRequest.config_keys:type_name -> pilotwire.v1.ConfigKey
+	7,  // 1: pilotwire.v1.PushRequest.reasons:type_name -> pilotwire.v1.PushRequest.ReasonsEntry
+	10, // 2: pilotwire.v1.PushRequest.start:type_name -> google.protobuf.Timestamp
+	10, // 3: pilotwire.v1.PushRequest.emitted_at:type_name -> google.protobuf.Timestamp
 	2,  // 4: pilotwire.v1.PushRequest.covered:type_name -> pilotwire.v1.SeqRange
-	8,  // 5: pilotwire.v1.PushOrder.config_keys:type_name -> pilotwire.v1.ConfigKey
-	7,  // 6: pilotwire.v1.PushOrder.reasons:type_name -> pilotwire.v1.PushOrder.ReasonsEntry
-	9,  // 7: pilotwire.v1.PushOrder.enqueued_at:type_name -> google.protobuf.Timestamp
-	9,  // 8: pilotwire.v1.PushOrder.start:type_name -> google.protobuf.Timestamp
+	9,  // 5: pilotwire.v1.PushOrder.config_keys:type_name -> pilotwire.v1.ConfigKey
+	8,  // 6: pilotwire.v1.PushOrder.reasons:type_name -> pilotwire.v1.PushOrder.ReasonsEntry
+	10, // 7: pilotwire.v1.PushOrder.enqueued_at:type_name -> google.protobuf.Timestamp
+	10, // 8: pilotwire.v1.PushOrder.start:type_name -> google.protobuf.Timestamp
 	3,  // 9: pilotwire.v1.PushOrderBatch.orders:type_name -> pilotwire.v1.PushOrder
 	0,  // 10: pilotwire.v1.PushDone.result:type_name -> pilotwire.v1.PushDone.Result
-	11, // [11:11] is the sub-list for method output_type
-	11, // [11:11] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	5,  // 11: pilotwire.v1.PushDoneBatch.dones:type_name -> pilotwire.v1.PushDone
+	12, // [12:12] is the sub-list for method output_type
+	12, // [12:12] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_pilotwire_v1_push_proto_init() }
@@ -654,7 +728,7 @@ func file_pilotwire_v1_push_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pilotwire_v1_push_proto_rawDesc), len(file_pilotwire_v1_push_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   7,
+			NumMessages:   8,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -60,6 +60,10 @@ type Pusher struct {
 	//     (frontendQueues.mu, Queue.mu).
 	//   - NATS and KV calls are made with no lock held.
 
+	// gaugeMu serialises updateQueueMetrics; a leaf lock, taken with no
+	// other held and holding frontendQueues.mu only inside totals.
+	gaugeMu sync.Mutex
+
 	// guarded by mu
 	mu        sync.Mutex
 	frontends map[string]time.Time // local time of each live frontend's last heartbeat
@@ -323,7 +327,14 @@ func (p *Pusher) markDone(fe, conn string) {
 	p.updateQueueMetrics()
 }
 
+// updateQueueMetrics sets the queue gauges from the queues' totals. It is
+// called from several goroutines: gaugeMu makes reading the totals and
+// setting the gauges one step, so a caller delayed between the two cannot
+// overwrite a newer value with an older one (an in-flight gauge reading 0
+// while 25 orders were out).
 func (p *Pusher) updateQueueMetrics() {
+	p.gaugeMu.Lock()
+	defer p.gaugeMu.Unlock()
 	pending, inFlight := p.queues.totals()
 	p.m.queueLen.Set(float64(pending))
 	p.m.inFlight.Set(float64(inFlight))

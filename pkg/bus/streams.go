@@ -231,3 +231,29 @@ func (n Names) LeaseConfig(o StreamOptions) jetstream.KeyValueConfig {
 		Replicas:    o.Replicas,
 	}
 }
+
+// SnapshotsConfig is the object store of change-stream snapshots: the
+// compacted set of live objects' last records at a sequence, one object
+// each (pkg/snapshot).
+func (n Names) SnapshotsConfig(o StreamOptions) jetstream.ObjectStoreConfig {
+	o = o.withDefaults()
+	return jetstream.ObjectStoreConfig{
+		Bucket:      n.SnapshotBucket(),
+		Description: "pilotwire snapshots of the change stream's live objects",
+		Storage:     o.storage(),
+		Replicas:    o.Replicas,
+	}
+}
+
+// EnsureObjectStore creates an object store bucket, or opens it when it
+// exists (its config is left as it is).
+func EnsureObjectStore(ctx context.Context, js jetstream.JetStream, cfg jetstream.ObjectStoreConfig) (jetstream.ObjectStore, error) {
+	if os, err := js.ObjectStore(ctx, cfg.Bucket); err == nil {
+		return os, nil
+	}
+	os, err := js.CreateOrUpdateObjectStore(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("ensure object store %s: %w", cfg.Bucket, err)
+	}
+	return os, nil
+}

@@ -44,7 +44,9 @@ func newFixture(t *testing.T) *fixture {
 }
 
 func (f *fixture) snapshotter() *Snapshotter {
-	return New(Options{JS: f.js, Names: f.names, Retention: time.Hour, Now: func() time.Time { return f.now }})
+	s := New(Options{JS: f.js, Names: f.names, Retention: time.Hour, Now: func() time.Time { return f.now }})
+	f.t.Cleanup(s.Close)
+	return s
 }
 
 // put stores a record of object name with op, returning its sequence.

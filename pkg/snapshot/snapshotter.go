@@ -83,8 +83,19 @@ type Snapshotter struct {
 	store  *Store
 	stream jetstream.Stream
 	set    *Set
-	cons   jetstream.Consumer
-	last   uint64 // sequence of the newest snapshot written or found
+	cc     jetstream.ConsumeContext // the consumer of what follows the snapshot
+	msgs   chan jetstream.Msg       // its messages, in order (bounded: it waits when full)
+	stop   chan struct{}            // closed by Close: the consumer's callback gives up
+	last   uint64                   // sequence of the newest snapshot written or found
+}
+
+// Close stops the consumer a Step started. Run closes its own.
+func (s *Snapshotter) Close() {
+	if s.cc != nil {
+		close(s.stop)
+		s.cc.Stop()
+		s.cc = nil
+	}
 }
 
 // New returns a snapshotter; it does no I/O.
@@ -93,16 +104,18 @@ func New(o Options) *Snapshotter {
 	return &Snapshotter{opts: o, log: o.Log.With("component", "snapshot"), metrics: newMetrics(o.Registerer)}
 }
 
-// Run follows the change stream and writes a snapshot every Interval,
+// Run starts from the newest snapshot (state of an earlier Run is
+// dropped), follows the change stream and writes a snapshot every Interval,
 // compacting after each, until ctx ends (nil) or a step fails.
 func (s *Snapshotter) Run(ctx context.Context) error {
+	defer s.Close()
 	if err := s.start(ctx); err != nil {
 		return err
 	}
 	next := time.Now().Add(s.opts.Interval)
 	for {
 		wait := min(time.Until(next), time.Second)
-		if err := s.follow(ctx, max(wait, time.Millisecond)); err != nil {
+		if err := s.follow(ctx, max(wait, 10*time.Millisecond), 0); err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
@@ -122,7 +135,7 @@ func (s *Snapshotter) Run(ctx context.Context) error {
 
 // Step reads what the stream holds now and runs one cycle (write a
 // snapshot if the stream moved, then compact). For tests and tools; Run
-// does this every Interval.
+// does this every Interval. Close stops what the first Step started.
 func (s *Snapshotter) Step(ctx context.Context) (Info, error) {
 	if s.set == nil {
 		if err := s.start(ctx); err != nil {
@@ -135,7 +148,7 @@ func (s *Snapshotter) Step(ctx context.Context) (Info, error) {
 	}
 	for s.set.Seq() < info.State.LastSeq {
 		before := s.set.Seq()
-		if err := s.follow(ctx, 100*time.Millisecond); err != nil {
+		if err := s.follow(ctx, time.Second, info.State.LastSeq); err != nil {
 			return Info{}, err
 		}
 		if s.set.Seq() == before {
@@ -159,6 +172,7 @@ func (s *Snapshotter) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	s.Close()
 	s.store, s.stream, s.set = st, stream, NewSet()
 	began := time.Now()
 	latest, err := st.Latest(ctx, 0, time.Time{})
@@ -178,42 +192,53 @@ func (s *Snapshotter) start(ctx context.Context) error {
 				"snapshot_seq", latest.Seq, "first_seq", first)
 		}
 	}
-	if s.cons, err = stream.OrderedConsumer(ctx, cfg); err != nil {
+	cons, err := stream.OrderedConsumer(ctx, cfg)
+	if err != nil {
 		return fmt.Errorf("snapshot consumer: %w", err)
 	}
+	msgs, stop := make(chan jetstream.Msg, 4096), make(chan struct{})
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		select {
+		case msgs <- m:
+		case <-stop:
+		}
+	}, jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+		if !errors.Is(err, jetstream.ErrNoHeartbeat) {
+			s.log.Warn("snapshot consumer", "err", err)
+		}
+	}))
+	if err != nil {
+		return fmt.Errorf("snapshot consumer: %w", err)
+	}
+	s.cc, s.msgs, s.stop = cc, msgs, stop
 	s.log.Info("snapshotter started", "snapshot_seq", s.last, "objects", s.set.Len(), "took", time.Since(began).Round(time.Millisecond))
 	return nil
 }
 
-// follow applies the records that arrive within wait.
-func (s *Snapshotter) follow(ctx context.Context, wait time.Duration) error {
-	fctx, cancel := context.WithTimeout(ctx, wait)
-	defer cancel()
-	batch, err := s.cons.Fetch(4096, jetstream.FetchContext(fctx))
-	if err != nil {
-		if ctx.Err() != nil {
+// follow applies the records that arrive within wait, or until the set
+// reaches until (0: the whole wait).
+func (s *Snapshotter) follow(ctx context.Context, wait time.Duration, until uint64) error {
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
 			return ctx.Err()
+		case <-t.C:
+			s.metrics.appliedSeq.Set(float64(s.set.Seq()))
+			return nil
+		case msg := <-s.msgs:
+			md, err := msg.Metadata()
+			if err != nil || md.Sequence.Stream <= s.set.Seq() {
+				continue
+			}
+			_ = s.set.Add(Record{Subject: msg.Subject(), Seq: md.Sequence.Stream, Time: md.Timestamp, Content: msg.Headers().Get(contentHeader), Data: msg.Data()})
+			if until > 0 && s.set.Seq() >= until {
+				s.metrics.appliedSeq.Set(float64(s.set.Seq()))
+				return nil
+			}
 		}
-		return fmt.Errorf("snapshot consumer fetch: %w", err)
 	}
-	for msg := range batch.Messages() {
-		md, err := msg.Metadata()
-		if err != nil {
-			continue
-		}
-		if md.Sequence.Stream <= s.set.Seq() {
-			continue
-		}
-		_ = s.set.Add(Record{Subject: msg.Subject(), Seq: md.Sequence.Stream, Time: md.Timestamp, Content: msg.Headers().Get(contentHeader), Data: msg.Data()})
-	}
-	if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) && fctx.Err() == nil {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		return fmt.Errorf("snapshot consumer: %w", err)
-	}
-	s.metrics.appliedSeq.Set(float64(s.set.Seq()))
-	return nil
 }
 
 // contentHeader is ingest's Pilotwire-Content-Version header

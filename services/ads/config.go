@@ -40,6 +40,10 @@ type Config struct {
 	MeshConfigPath string
 	// OnListen, if set, is called with the bound ADS address (tests).
 	OnListen func(addr string)
+
+	// fullReplay builds the model from every record of the stream instead
+	// of the newest snapshot (tests compare the two).
+	fullReplay bool
 }
 
 // DefaultConfig is the configuration every flag defaults to; Run also takes

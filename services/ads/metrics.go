@@ -16,6 +16,7 @@ type metrics struct {
 	badRequests     *prometheus.CounterVec
 	badRecords      prometheus.Counter
 	appliedSeq      prometheus.Gauge
+	snapshotSeq     prometheus.Gauge
 	orders          *prometheus.CounterVec
 	ordersDropped   prometheus.Counter
 	responseBytes   *prometheus.CounterVec
@@ -65,6 +66,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 		appliedSeq: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "pilotwire_ads_applied_seq", Help: "Change-stream sequence the model has applied.",
+		}),
+		snapshotSeq: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "pilotwire_ads_bootstrap_snapshot_seq", Help: "Sequence of the snapshot the model started from (0: it read the stream).",
 		}),
 		orders: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pilotwire_ads_push_orders_total", Help: "Push orders handled, by result.",
@@ -121,7 +125,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		Name: "pilotwire_xds_marshals_total", Help: "xDS resources marshalled (once per resource version, shared by every proxy).",
 	}, func() float64 { return float64(xdsgen.Marshals()) })
 	reg.MustRegister(marshals, m.routers, m.connections, m.pushes, m.rejects, m.expiredNonce, m.sendErrors, m.badRequests,
-		m.badRecords, m.appliedSeq, m.orders, m.ordersDropped, m.responseBytes, m.registryErrors,
+		m.badRecords, m.appliedSeq, m.snapshotSeq, m.orders, m.ordersDropped, m.responseBytes, m.registryErrors,
 		m.deliveryDrops, m.admitRejects, m.convergence, m.pushTime, m.sendTime, m.configSize, m.deferred, m.reregistrations, m.doneErrors, m.generateErrors)
 	return m
 }

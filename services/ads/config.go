@@ -42,8 +42,9 @@ type Config struct {
 	OnListen func(addr string)
 
 	// fullReplay builds the model from every record of the stream instead
-	// of the newest snapshot (tests compare the two).
-	fullReplay bool
+	// of the newest snapshot (tests compare the two); ignoreSnapshots from
+	// the last record of every subject (the start-up benchmark).
+	fullReplay, ignoreSnapshots bool
 }
 
 // DefaultConfig is the configuration every flag defaults to; Run also takes

@@ -83,8 +83,9 @@ type follower struct {
 	log     *slog.Logger
 	metrics *metrics
 	// fullReplay reads the whole stream instead of a snapshot or the last
-	// record of each subject (tests compare the two).
-	fullReplay bool
+	// record of each subject (tests compare the two); ignoreSnapshots
+	// reads the last record of each subject even when there is a snapshot.
+	fullReplay, ignoreSnapshots bool
 
 	// owned by the consumer callback
 	caughtUpOnce sync.Once
@@ -160,6 +161,9 @@ func (f *follower) startFrom(ctx context.Context, firstSeq uint64) (jetstream.Or
 	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{f.names.ChangesAll()}, DeliverPolicy: jetstream.DeliverLastPerSubjectPolicy}
 	if f.fullReplay {
 		cfg.DeliverPolicy = jetstream.DeliverAllPolicy
+		return cfg, 0, nil
+	}
+	if f.ignoreSnapshots {
 		return cfg, 0, nil
 	}
 	st, err := snapshot.Open(ctx, f.js, f.names)

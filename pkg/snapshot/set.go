@@ -32,8 +32,9 @@ type Set struct {
 	live map[string]*Record
 	// deleted: subject → its delete record (kept without data).
 	deleted map[string]*Record
-	// stale: live subjects that may have records before their last one.
-	stale map[string]struct{}
+	// stale: live subjects that may have records before their last one,
+	// with the bound below which they were purged already (0: never).
+	stale map[string]uint64
 	// bad counts records that could not be decoded (kept as live: the
 	// model decides, as it does when it replays them).
 	bad int
@@ -41,7 +42,7 @@ type Set struct {
 
 // NewSet returns an empty set at sequence 0.
 func NewSet() *Set {
-	return &Set{live: make(map[string]*Record), deleted: make(map[string]*Record), stale: make(map[string]struct{})}
+	return &Set{live: make(map[string]*Record), deleted: make(map[string]*Record), stale: make(map[string]uint64)}
 }
 
 // Seq is the last sequence applied; Time when that record was stored.
@@ -83,7 +84,9 @@ func (s *Set) Add(r Record) error {
 	s.live[r.Subject] = &rc
 	delete(s.deleted, r.Subject)
 	if wasLive || wasDeleted {
-		s.stale[r.Subject] = struct{}{}
+		if _, ok := s.stale[r.Subject]; !ok {
+			s.stale[r.Subject] = 0 // an existing entry keeps its purged bound
+		}
 	}
 	return nil
 }
@@ -99,7 +102,7 @@ func (s *Set) load(r Record, flags byte) {
 	}
 	s.live[r.Subject] = &rc
 	if flags&flagStale != 0 {
-		s.stale[r.Subject] = struct{}{}
+		s.stale[r.Subject] = 0
 	}
 }
 
@@ -175,8 +178,10 @@ func (s *Set) PlanPurges(horizon uint64, limit int) []Purge {
 		out = append(out, Purge{Subject: subj, Below: s.deleted[subj].Seq + 1, Deleted: true})
 	}
 	subjects = subjects[:0]
-	for subj := range s.stale {
-		subjects = append(subjects, subj)
+	for subj, done := range s.stale {
+		if min(horizon+1, s.live[subj].Seq) > done {
+			subjects = append(subjects, subj)
+		}
 	}
 	slices.Sort(subjects)
 	for _, subj := range subjects {
@@ -196,7 +201,12 @@ func (s *Set) Done(p Purge) {
 		}
 		return
 	}
-	if r := s.live[p.Subject]; r != nil && p.Below >= r.Seq {
+	r := s.live[p.Subject]
+	switch {
+	case r == nil:
+	case p.Below >= r.Seq:
 		delete(s.stale, p.Subject) // only its last record is left
+	default:
+		s.stale[p.Subject] = p.Below // records from Below on stay, until the horizon passes them
 	}
 }

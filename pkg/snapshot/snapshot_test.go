@@ -222,3 +222,41 @@ func TestCodecRoundTrip(t *testing.T) {
 		t.Errorf("round trip (-want +got):\n%s", diff)
 	}
 }
+
+// TestPlanPurgesMovesOn: a live subject purged up to the horizon is not
+// planned again until the horizon moves, so a cycle's limit reaches every
+// subject in turn instead of repeating the first ones.
+func TestPlanPurgesMovesOn(t *testing.T) {
+	set := NewSet()
+	seq := uint64(0)
+	add := func(subj string, op pb.Op) {
+		seq++
+		data, _ := proto.Marshal(&pb.ChangeRecord{Op: op})
+		if err := set.Add(Record{Subject: subj, Seq: seq, Data: data}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, s := range []string{"a", "b", "c"} {
+		add(s, pb.Op_OP_ADD)
+	}
+	horizon := seq
+	for _, s := range []string{"a", "b", "c"} {
+		add(s, pb.Op_OP_UPDATE) // after the horizon: their last records stay
+	}
+	var got []string
+	for range 3 {
+		plan := set.PlanPurges(horizon, 2)
+		for _, p := range plan {
+			got = append(got, p.Subject)
+			set.Done(p)
+		}
+	}
+	if diff := cmp.Diff([]string{"a", "b", "c"}, got); diff != "" {
+		t.Errorf("purged subjects over three cycles (-want +got):\n%s", diff)
+	}
+	// a's last record was the first after the horizon: it has nothing left
+	// to purge; b and c do once the horizon passes them.
+	if plan := set.PlanPurges(seq, 0); len(plan) != 2 || plan[0].Subject != "b" || plan[1].Subject != "c" {
+		t.Errorf("a horizon past their last records plans %v, want b and c", plan)
+	}
+}

@@ -89,7 +89,7 @@ type Snapshotter struct {
 	last   uint64                   // sequence of the newest snapshot written or found
 }
 
-// Close stops the consumer a Step started. Run closes its own.
+// Close stops a consumer left by a Step that did not return normally.
 func (s *Snapshotter) Close() {
 	if s.cc != nil {
 		close(s.stop)
@@ -105,55 +105,43 @@ func New(o Options) *Snapshotter {
 }
 
 // Run starts from the newest snapshot (state of an earlier Run is
-// dropped), follows the change stream and writes a snapshot every Interval,
-// compacting after each, until ctx ends (nil) or a step fails.
+// dropped) and every Interval reads what the stream gained, writes a
+// snapshot if it moved and compacts, until ctx ends (nil) or a step fails.
+// Between cycles it holds no consumer.
 func (s *Snapshotter) Run(ctx context.Context) error {
 	defer s.Close()
 	if err := s.start(ctx); err != nil {
 		return err
 	}
-	next := time.Now().Add(s.opts.Interval)
+	t := time.NewTimer(s.opts.Interval)
+	defer t.Stop()
 	for {
-		wait := min(time.Until(next), time.Second)
-		if err := s.follow(ctx, max(wait, 10*time.Millisecond), 0); err != nil {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		if _, err := s.Step(ctx); err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
 			return err
 		}
-		if !time.Now().Before(next) {
-			if err := s.cycle(ctx); err != nil {
-				if ctx.Err() != nil {
-					return nil
-				}
-				return err
-			}
-			next = time.Now().Add(s.opts.Interval)
-		}
+		t.Reset(s.opts.Interval)
 	}
 }
 
 // Step reads what the stream holds now and runs one cycle (write a
-// snapshot if the stream moved, then compact). For tests and tools; Run
-// does this every Interval. Close stops what the first Step started.
+// snapshot if the stream moved, then compact). Run does this every
+// Interval; tests and tools call it directly.
 func (s *Snapshotter) Step(ctx context.Context) (Info, error) {
 	if s.set == nil {
 		if err := s.start(ctx); err != nil {
 			return Info{}, err
 		}
 	}
-	info, err := s.stream.Info(ctx)
-	if err != nil {
-		return Info{}, fmt.Errorf("changes stream info: %w", err)
-	}
-	for s.set.Seq() < info.State.LastSeq {
-		before := s.set.Seq()
-		if err := s.follow(ctx, time.Second, info.State.LastSeq); err != nil {
-			return Info{}, err
-		}
-		if s.set.Seq() == before {
-			break // the last sequences were removed (never delivered)
-		}
+	if err := s.catchUp(ctx); err != nil {
+		return Info{}, err
 	}
 	if err := s.cycle(ctx); err != nil {
 		return Info{}, err
@@ -161,8 +149,7 @@ func (s *Snapshotter) Step(ctx context.Context) (Info, error) {
 	return Info{Seq: s.last, Objects: s.set.Len()}, nil
 }
 
-// start opens the bucket and the stream, loads the newest snapshot and
-// creates the consumer of what follows it.
+// start opens the bucket and the stream and loads the newest snapshot.
 func (s *Snapshotter) start(ctx context.Context) error {
 	st, err := Ensure(ctx, s.opts.JS, s.opts.Names, s.opts.Stream)
 	if err != nil {
@@ -173,26 +160,43 @@ func (s *Snapshotter) start(ctx context.Context) error {
 		return err
 	}
 	s.Close()
-	s.store, s.stream, s.set = st, stream, NewSet()
+	s.store, s.stream, s.set, s.last = st, stream, NewSet(), 0
 	began := time.Now()
 	latest, err := st.Latest(ctx, 0, time.Time{})
 	if err != nil {
 		return err
 	}
-	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{s.opts.Names.ChangesAll()}}
 	if latest != nil {
 		if s.set, err = st.loadSet(ctx, *latest); err != nil {
 			return err
 		}
 		s.last = latest.Seq
-		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, latest.Seq+1
-		if first := stream.CachedInfo().State.FirstSeq; first > latest.Seq+1 {
-			s.metrics.errors.WithLabelValues("gap").Inc()
-			s.log.Error("the change stream lost records after the newest snapshot (hard limits --changes-max-age/--changes-max-bytes?); the snapshots miss what they held",
-				"snapshot_seq", latest.Seq, "first_seq", first)
-		}
 	}
-	cons, err := stream.OrderedConsumer(ctx, cfg)
+	s.log.Info("snapshotter started", "snapshot_seq", s.last, "objects", s.set.Len(), "took", time.Since(began).Round(time.Millisecond))
+	return nil
+}
+
+// catchUp applies every record the stream holds after the set's sequence,
+// with an ordered consumer that lives for this call only.
+func (s *Snapshotter) catchUp(ctx context.Context) error {
+	info, err := s.stream.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("changes stream info: %w", err)
+	}
+	target := info.State.LastSeq
+	if target <= s.set.Seq() {
+		return nil
+	}
+	if first := info.State.FirstSeq; s.set.Seq() > 0 && first > s.set.Seq()+1 {
+		s.metrics.errors.WithLabelValues("gap").Inc()
+		s.log.Error("the change stream lost records after the snapshotter's sequence (hard limits --changes-max-age/--changes-max-bytes?); the snapshots miss what they held",
+			"seq", s.set.Seq(), "first_seq", first)
+	}
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{s.opts.Names.ChangesAll()}}
+	if s.set.Seq() > 0 {
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, s.set.Seq()+1
+	}
+	cons, err := s.stream.OrderedConsumer(ctx, cfg)
 	if err != nil {
 		return fmt.Errorf("snapshot consumer: %w", err)
 	}
@@ -211,21 +215,30 @@ func (s *Snapshotter) start(ctx context.Context) error {
 		return fmt.Errorf("snapshot consumer: %w", err)
 	}
 	s.cc, s.msgs, s.stop = cc, msgs, stop
-	s.log.Info("snapshotter started", "snapshot_seq", s.last, "objects", s.set.Len(), "took", time.Since(began).Round(time.Millisecond))
+	defer s.Close()
+	for s.set.Seq() < target {
+		before := s.set.Seq()
+		if err := s.follow(ctx, 5*time.Second, target); err != nil {
+			return err
+		}
+		if s.set.Seq() == before {
+			break // the last sequences were removed (never delivered)
+		}
+	}
 	return nil
 }
 
 // follow applies the records that arrive within wait, or until the set
-// reaches until (0: the whole wait).
+// reaches until.
 func (s *Snapshotter) follow(ctx context.Context, wait time.Duration, until uint64) error {
 	t := time.NewTimer(wait)
 	defer t.Stop()
+	defer func() { s.metrics.appliedSeq.Set(float64(s.set.Seq())) }()
 	for {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-t.C:
-			s.metrics.appliedSeq.Set(float64(s.set.Seq()))
 			return nil
 		case msg := <-s.msgs:
 			md, err := msg.Metadata()
@@ -233,8 +246,7 @@ func (s *Snapshotter) follow(ctx context.Context, wait time.Duration, until uint
 				continue
 			}
 			_ = s.set.Add(Record{Subject: msg.Subject(), Seq: md.Sequence.Stream, Time: md.Timestamp, Content: msg.Headers().Get(contentHeader), Data: msg.Data()})
-			if until > 0 && s.set.Seq() >= until {
-				s.metrics.appliedSeq.Set(float64(s.set.Seq()))
+			if s.set.Seq() >= until {
 				return nil
 			}
 		}

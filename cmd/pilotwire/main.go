@@ -2,7 +2,8 @@
 // control plane on one machine (embedded NATS plus the four services as
 // separate processes); status, history, render, diff, trace and
 // proxy-config answer "why did proxy P get this config?" from the change
-// and delivery streams and the registry.
+// and delivery streams and the registry; replay copies the history up to
+// a point into another deployment.
 package main
 
 import (
@@ -18,6 +19,6 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newUpCmd(), newHistoryCmd(), newRenderCmd(), newDiffCmd(), newTraceCmd(), newStatusCmd(), newProxyConfigCmd())
+	root.AddCommand(newUpCmd(), newHistoryCmd(), newRenderCmd(), newDiffCmd(), newTraceCmd(), newStatusCmd(), newProxyConfigCmd(), newReplayCmd())
 	svc.Main(root)
 }

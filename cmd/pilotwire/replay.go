@@ -2,35 +2,146 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"text/tabwriter"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"google.golang.org/protobuf/proto"
+	"github.com/spf13/cobra"
 
-	"github.com/pilotwire/pilotwire/pkg/model"
-	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
+	"github.com/pilotwire/pilotwire/pkg/bus"
+	"github.com/pilotwire/pilotwire/pkg/snapshot"
 )
 
-// replayed is the model as it stood at a point of the history.
-type replayed struct {
-	Mesh *model.Mesh
-	// Seq is the last change applied, Time when it was stored.
-	Seq  uint64
-	Time time.Time
-	// Bad counts records the model could not apply (a frontend logs and
-	// counts the same ones in pilotwire_ads_bad_records_total).
-	Bad int
+type replayConfig struct {
+	connConfig
+	// To is the point of the history to copy through (--to, required).
+	To string
+	// Into is the NATS server of the target deployment (--into).
+	Into string
+	// Up runs a local copy instead: embedded NATS and the four services
+	// (--up; the up flags below as `pilotwire up` has them).
+	Up bool
+	up upConfig
 }
 
-// replayModel builds the model from the change stream up to at: every
-// record through at.Seq, or stored at or before at.Time, or (at zero) the
-// whole stream as it stands. It applies the same records, in the same
-// order, to the same pkg/model code as a frontend; a frontend that
-// bootstrapped from the last record of each subject holds the same objects.
-func replayModel(ctx context.Context, s *session, at point) (*replayed, error) {
-	stream, err := s.js.Stream(ctx, s.names.ChangesStream())
+func newReplayCmd() *cobra.Command {
+	var c replayConfig
+	cmd := &cobra.Command{
+		Use:   "replay --to SEQ|TIME (--into NATS_URL | --up)",
+		Short: "Copy the change history up to a point into another deployment",
+		Long: `replay copies the change stream of the mesh (--nats-url) as it stood at
+--to (a sequence, an RFC 3339 time or a duration ago) into the change stream
+of another NATS deployment (--into), which must hold no change records yet:
+the live objects of the newest snapshot at or before --to, then every record
+after it through --to, in order, on the same subjects with their content
+versions. Its debouncer and frontends then serve the mesh as it was: the
+same resources and versions for every proxy.
+
+With --up, the copy goes into an embedded NATS (--data-dir) and the four
+services run on it as with 'pilotwire up'. Its ingest watches an empty
+directory (<data-dir>/replay-config, cluster id "replay"), so nothing
+overwrites the copy; manifests put there change it on top.`,
+		Example: `  pilotwire replay --to 2026-12-01T03:12:00Z --into nats://10.0.0.9:4222
+  pilotwire replay --to 4711 --up --data-dir /tmp/mesh-at-4711 --ads-addr 127.0.0.1:15020`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runReplay(cmd.Context(), os.Stdout, c) },
+	}
+	addConnFlags(cmd, &c.connConfig)
+	fs := cmd.Flags()
+	fs.StringVar(&c.To, "to", "", "point of the history to copy through: SEQ, an RFC 3339 time or a duration ago (required)")
+	fs.StringVar(&c.Into, "into", "", "NATS URL of the deployment to copy into (its change stream must be empty)")
+	fs.BoolVar(&c.Up, "up", false, "copy into an embedded NATS and run the services on it, as 'pilotwire up'")
+	fs.StringVar(&c.up.ADSAddr, "ads-addr", "127.0.0.1:15010", "with --up: gRPC ADS address of the frontend")
+	fs.StringVar(&c.up.HTTPAddr, "http-addr", "127.0.0.1:9090", "with --up: health/metrics address; services take the next four ports")
+	fs.StringVar(&c.up.DataDir, "data-dir", ".replay", "with --up: JetStream storage directory (must not hold a change stream yet)")
+	fs.StringVar(&c.up.NATSAddr, "nats-addr", "127.0.0.1:4222", "with --up: embedded NATS listen address")
+	fs.StringVar(&c.up.BinDir, "bin-dir", "", "with --up: directory of the service binaries (default: next to pilotwire)")
+	fs.StringVar(&c.up.LogLevel, "log-level", "info", "with --up: log level of every service")
+	_ = cmd.MarkFlagRequired("to")
+	return cmd
+}
+
+// replayResult is what a replay copied.
+type replayResult struct {
+	Into string `json:"into"`
+	// Through is the source's last sequence copied, stored at Stored.
+	Through uint64    `json:"through_seq"`
+	Stored  time.Time `json:"stored"`
+	// Snapshot is the source snapshot it started from (0: none).
+	Snapshot uint64 `json:"snapshot_seq,omitempty"`
+	Records  int    `json:"records"`
+	// TargetLast is the target stream's last sequence after the copy.
+	TargetLast uint64 `json:"target_last_seq"`
+}
+
+func runReplay(ctx context.Context, w io.Writer, c replayConfig) error {
+	if (c.Into == "") == !c.Up {
+		return fmt.Errorf("give one of --into NATS_URL and --up")
+	}
+	to, err := parsePoint(c.To, time.Now())
+	if err != nil {
+		return fmt.Errorf("--to: %w", err)
+	}
+	if to == (point{}) {
+		return fmt.Errorf("--to: a sequence or a time is required (replay copies up to a point)")
+	}
+	if c.Up {
+		u := c.up
+		u.Prefix, u.FileClusterID = c.Prefix, "replay"
+		u.ConfigDir = filepath.Join(u.DataDir, "replay-config")
+		if err := os.MkdirAll(u.ConfigDir, 0o755); err != nil {
+			return fmt.Errorf("replay config dir: %w", err)
+		}
+		u.beforeServices = func(ctx context.Context, url string) error {
+			return replayTo(ctx, w, c, url, to)
+		}
+		return runUp(ctx, u)
+	}
+	return replayTo(ctx, w, c, c.Into, to)
+}
+
+// replayTo copies the history through to into the NATS at url and prints
+// what it copied.
+func replayTo(ctx context.Context, w io.Writer, c replayConfig, url string, to point) error {
+	ctx, src, done, err := c.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
+	dc := c.connConfig
+	dc.NATSURL = url
+	dst, err := dc.connect()
+	if err != nil {
+		return err
+	}
+	defer dst.close()
+	res, err := copyHistory(ctx, src, dst, to)
+	if err != nil {
+		return err
+	}
+	res.Into = url
+	return emit(w, c.Output, res, func(tw *tabwriter.Writer) {
+		fmt.Fprintf(tw, "copied %d records into %s: the history through seq %d (stored %s)",
+			res.Records, url, res.Through, res.Stored.Format(time.RFC3339Nano))
+		if res.Snapshot != 0 {
+			fmt.Fprintf(tw, ", starting from the snapshot at seq %d", res.Snapshot)
+		}
+		fmt.Fprintf(tw, "; the copy's last seq is %d\n", res.TargetLast)
+	})
+}
+
+// copyHistory publishes into dst's change stream, which must be empty,
+// the state of src's history at to: the newest snapshot at or before it,
+// then the records after it through to, in order, each on its subject
+// with its content-version header. Sequences differ (the copy has no
+// gaps); versions do not, since they are hashes of what the model holds.
+func copyHistory(ctx context.Context, src, dst *session, to point) (*replayResult, error) {
+	stream, err := src.js.Stream(ctx, src.names.ChangesStream())
 	if err != nil {
 		return nil, fmt.Errorf("changes stream: %w", err)
 	}
@@ -38,36 +149,76 @@ func replayModel(ctx context.Context, s *session, at point) (*replayed, error) {
 	if err != nil {
 		return nil, fmt.Errorf("changes stream info: %w", err)
 	}
-	st := info.State
-	if st.FirstSeq > 1 && at.Seq != 0 && at.Seq < st.FirstSeq {
-		return nil, fmt.Errorf("%s is older than the change stream keeps: its first record is %d (records before it were removed by retention)", at, st.FirstSeq)
+	if to.Seq > info.State.LastSeq {
+		return nil, fmt.Errorf("%s is past the change stream's last record (%d)", to, info.State.LastSeq)
 	}
-	if st.FirstSeq > 1 && !at.Time.IsZero() && at.Time.Before(st.FirstTime) {
-		return nil, fmt.Errorf("%s is older than the change stream keeps: its first record was stored at %s", at, st.FirstTime.Format(time.RFC3339Nano))
+	target, err := bus.EnsureStream(ctx, dst.js, dst.names.ChangesConfig(bus.StreamOptions{}))
+	if err != nil {
+		return nil, err
 	}
-	if at.Seq > st.LastSeq {
-		return nil, fmt.Errorf("%s is past the change stream's last record (%d)", at, st.LastSeq)
+	if n := target.CachedInfo().State.Msgs; n > 0 {
+		return nil, fmt.Errorf("the target's %s already holds %d change records: replay copies into an empty deployment", dst.names.ChangesStream(), n)
 	}
-	store := model.NewStore()
-	r := &replayed{}
-	err = scanStream(ctx, stream, scanOptions{ThroughSeq: at.Seq, Until: at.Time}, func(msg jetstream.Msg, md *jetstream.MsgMetadata) error {
-		r.Seq, r.Time = md.Sequence.Stream, md.Timestamp
-		rec := &pb.ChangeRecord{}
-		if err := proto.Unmarshal(msg.Data(), rec); err != nil {
-			r.Bad++
-			return nil
-		}
-		if err := store.Apply(rec, md.Sequence.Stream); err != nil && !errors.Is(err, model.ErrAlreadyApplied) {
-			r.Bad++
-		}
-		return nil
+	cp := &copier{js: dst.js, res: &replayResult{}}
+	snap, err := loadSnapshot(ctx, src, to, info.State, func(r snapshot.Record) {
+		cp.add(ctx, r.Subject, r.Seq, r.Time, r.Content, r.Data)
 	})
 	if err != nil {
-		return nil, fmt.Errorf("replay changes: %w", err)
+		return nil, err
 	}
-	if r.Seq == 0 && !at.Time.IsZero() {
-		return nil, fmt.Errorf("no change was stored at or before %s", at)
+	opts := scanOptions{ThroughSeq: to.Seq, Until: to.Time}
+	if snap != nil {
+		cp.res.Snapshot = snap.Seq
+		cp.res.Through, cp.res.Stored = snap.Seq, snap.Time
+		opts.FromSeq = snap.Seq + 1
 	}
-	r.Mesh = store.Snapshot()
-	return r, nil
+	if snap == nil || to.Seq == 0 || to.Seq > snap.Seq {
+		err = scanStream(ctx, stream, opts, func(msg jetstream.Msg, md *jetstream.MsgMetadata) error {
+			cp.add(ctx, msg.Subject(), md.Sequence.Stream, md.Timestamp, msg.Headers().Get(contentHeader), msg.Data())
+			return cp.err
+		})
+		if err != nil {
+			return nil, fmt.Errorf("read the history: %w", err)
+		}
+	}
+	if err := cp.flush(ctx); err != nil {
+		return nil, err
+	}
+	if cp.res.Records == 0 {
+		return nil, fmt.Errorf("nothing to copy at or before %s", to)
+	}
+	return cp.res, nil
 }
+
+// contentHeader is ingest's content-version header (publish.ContentVersionHeader).
+const contentHeader = "Pilotwire-Content-Version"
+
+// copier publishes records one at a time, each waiting for its ack
+// (about 7,000 a second here). Async publishing would be faster, but
+// nats.go's async-ack listener goroutine can outlive a short-lived
+// connection closed right after (seen as a leak in this package's tests).
+type copier struct {
+	js  jetstream.JetStream
+	res *replayResult
+	err error
+}
+
+func (c *copier) add(ctx context.Context, subject string, seq uint64, stored time.Time, content string, data []byte) {
+	if c.err != nil {
+		return
+	}
+	m := &nats.Msg{Subject: subject, Data: data, Header: nats.Header{}}
+	if content != "" {
+		m.Header.Set(contentHeader, content)
+	}
+	ack, err := c.js.PublishMsg(ctx, m)
+	if err != nil {
+		c.err = fmt.Errorf("copy seq %d: %w", seq, err)
+		return
+	}
+	c.res.Records++
+	c.res.Through, c.res.Stored, c.res.TargetLast = seq, stored, ack.Sequence
+}
+
+// flush reports the first failure.
+func (c *copier) flush(context.Context) error { return c.err }

@@ -15,6 +15,8 @@ type scanOptions struct {
 	Filter []string
 	// Start at this time (zero: the beginning).
 	Since time.Time
+	// Start at this sequence (0: the beginning; Since wins when both are set).
+	FromSeq uint64
 	// Stop after this sequence (0: the stream's last as of the scan's start).
 	ThroughSeq uint64
 	// Stop before the first message stored after this time (zero: none).
@@ -37,6 +39,12 @@ func scanStream(ctx context.Context, s jetstream.Stream, o scanOptions, fn func(
 		return nil
 	}
 	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: o.Filter}
+	if o.FromSeq > last {
+		return nil
+	}
+	if o.FromSeq > 0 {
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, o.FromSeq
+	}
 	if !o.Since.IsZero() {
 		cfg.DeliverPolicy = jetstream.DeliverByStartTimePolicy
 		since := o.Since

@@ -31,6 +31,11 @@ type upConfig struct {
 	Prefix     string
 	BinDir     string
 	LogLevel   string
+	// FileClusterID, if set, is ingest's cluster id for --config-dir.
+	FileClusterID string
+	// beforeServices, if set, runs once NATS is up, before the services
+	// start (replay --up copies the history in).
+	beforeServices func(ctx context.Context, natsURL string) error
 }
 
 func newUpCmd() *cobra.Command {
@@ -110,6 +115,11 @@ func runUp(ctx context.Context, c upConfig) error {
 	}
 	defer ns.Shutdown()
 	fmt.Printf("nats      ready  %s (JetStream in %s)\n", ns.URL(), filepath.Join(c.DataDir, "jetstream"))
+	if c.beforeServices != nil {
+		if err := c.beforeServices(ctx, ns.URL()); err != nil {
+			return err
+		}
+	}
 
 	common := func(i int) []string {
 		return []string{"--nats-url", ns.URL(), "--prefix", c.Prefix, "--http-addr", httpAddr(i), "--log-level", c.LogLevel}
@@ -229,9 +239,12 @@ func ingestArgs(c upConfig) []string {
 	if c.ConfigDir != "" {
 		args = append(args, "--config-dir", c.ConfigDir)
 	}
+	if c.FileClusterID != "" {
+		args = append(args, "--file-cluster-id", c.FileClusterID)
+	}
 	if c.Kubeconfig != "" {
 		args = append(args, "--kubeconfig", c.Kubeconfig)
-		if c.ConfigDir != "" {
+		if c.ConfigDir != "" && c.FileClusterID == "" {
 			args = append(args, "--file-cluster-id", "files")
 		}
 	}

@@ -22,12 +22,28 @@ type StreamOptions struct {
 	DuplicateWindow time.Duration
 	// DeliveriesMaxAge bounds the delivery history (default 24h).
 	DeliveriesMaxAge time.Duration
+	// DeliveriesMaxBytes bounds the delivery history's size (default
+	// DefaultDeliveriesMaxBytes; negative: no bound). The oldest go first.
+	DeliveriesMaxBytes int64
+	// ChangesMaxAge and ChangesMaxBytes are hard limits on the change
+	// stream (default 0: none). JetStream drops the oldest records past
+	// them whatever they are, also the only record of a live object, which
+	// a consumer that starts from the last record of each subject (ingest)
+	// would then miss; so they are off by default, and the history is
+	// bounded by compaction instead (pkg/snapshot: deleted subjects purged
+	// once a snapshot covers them and the retention window has passed).
+	// Set them only as a disk guard well above what compaction leaves.
+	ChangesMaxAge   time.Duration
+	ChangesMaxBytes int64
 	// Memory uses memory storage instead of file storage (tests only).
 	Memory bool
 }
 
 // DefaultMaxMsgSize is the largest change record accepted by default.
 const DefaultMaxMsgSize = 1 << 20
+
+// DefaultDeliveriesMaxBytes bounds the delivery history by default (1 GiB).
+const DefaultDeliveriesMaxBytes = 1 << 30
 
 func (o StreamOptions) withDefaults() StreamOptions {
 	if o.Replicas <= 0 {
@@ -42,6 +58,9 @@ func (o StreamOptions) withDefaults() StreamOptions {
 	if o.DeliveriesMaxAge <= 0 {
 		o.DeliveriesMaxAge = 24 * time.Hour
 	}
+	if o.DeliveriesMaxBytes == 0 {
+		o.DeliveriesMaxBytes = DefaultDeliveriesMaxBytes
+	}
 	return o
 }
 
@@ -52,8 +71,9 @@ func (o StreamOptions) storage() jetstream.StorageType {
 	return jetstream.FileStorage
 }
 
-// ChangesConfig is the history stream: every record kept, no per-subject
-// limit (per-subject limits slow down sharply with many subjects, see
+// ChangesConfig is the history stream: every record kept unless
+// ChangesMaxAge or ChangesMaxBytes say otherwise, no per-subject limit
+// (per-subject limits slow down sharply with many subjects, see
 // nats-server issue 4043).
 func (n Names) ChangesConfig(o StreamOptions) jetstream.StreamConfig {
 	o = o.withDefaults()
@@ -66,6 +86,8 @@ func (n Names) ChangesConfig(o StreamOptions) jetstream.StreamConfig {
 		Replicas:    o.Replicas,
 		MaxMsgSize:  o.MaxMsgSize,
 		Duplicates:  o.DuplicateWindow,
+		MaxAge:      max(o.ChangesMaxAge, 0),
+		MaxBytes:    max(o.ChangesMaxBytes, 0),
 		AllowDirect: true,
 		Discard:     jetstream.DiscardOld,
 	}
@@ -98,7 +120,9 @@ func (n Names) DeliveriesConfig(o StreamOptions) jetstream.StreamConfig {
 		Storage:     o.storage(),
 		Replicas:    o.Replicas,
 		MaxAge:      o.DeliveriesMaxAge,
+		MaxBytes:    max(o.DeliveriesMaxBytes, -1),
 		AllowDirect: true,
+		Discard:     jetstream.DiscardOld,
 	}
 }
 
@@ -206,4 +230,30 @@ func (n Names) LeaseConfig(o StreamOptions) jetstream.KeyValueConfig {
 		Storage:     o.storage(),
 		Replicas:    o.Replicas,
 	}
+}
+
+// SnapshotsConfig is the object store of change-stream snapshots: the
+// compacted set of live objects' last records at a sequence, one object
+// each (pkg/snapshot).
+func (n Names) SnapshotsConfig(o StreamOptions) jetstream.ObjectStoreConfig {
+	o = o.withDefaults()
+	return jetstream.ObjectStoreConfig{
+		Bucket:      n.SnapshotBucket(),
+		Description: "pilotwire snapshots of the change stream's live objects",
+		Storage:     o.storage(),
+		Replicas:    o.Replicas,
+	}
+}
+
+// EnsureObjectStore creates an object store bucket, or opens it when it
+// exists (its config is left as it is).
+func EnsureObjectStore(ctx context.Context, js jetstream.JetStream, cfg jetstream.ObjectStoreConfig) (jetstream.ObjectStore, error) {
+	if os, err := js.ObjectStore(ctx, cfg.Bucket); err == nil {
+		return os, nil
+	}
+	os, err := js.CreateOrUpdateObjectStore(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("ensure object store %s: %w", cfg.Bucket, err)
+	}
+	return os, nil
 }

@@ -91,6 +91,9 @@ func (n Names) RegistryBucket() string { return n.upper() + "_REGISTRY" }
 // LeaseBucket is the KV bucket of active/standby leases.
 func (n Names) LeaseBucket() string { return n.upper() + "_LEASES" }
 
+// SnapshotBucket is the object store of model snapshots (pkg/snapshot).
+func (n Names) SnapshotBucket() string { return n.upper() + "_SNAPSHOTS" }
+
 // Kinds of registry keys, as ParseRegistryKey reports them.
 const (
 	FrontendKeyKind = "fe"   // a frontend's heartbeat: fe.<frontend>

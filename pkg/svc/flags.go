@@ -34,6 +34,25 @@ type Common struct {
 	// Profiling serves pprof on the HTTP address (--enable-profiling, env
 	// ENABLE_PROFILING as Istio, default true).
 	Profiling bool
+
+	// Retention of the streams this service creates or updates. Give every
+	// service the same values (a stream has one config).
+	//
+	// ChangesMaxAge and ChangesMaxBytes are hard limits on PW_CHANGES
+	// (--changes-max-age, env PILOTWIRE_CHANGES_MAX_AGE; --changes-max-bytes,
+	// env PILOTWIRE_CHANGES_MAX_BYTES; default 0: none). They drop the
+	// oldest records whatever they are, a live object's only record too, so
+	// they are off by default: the history is bounded by the snapshotter's
+	// compaction (--snapshot-retention on the debouncer). Set them only as a
+	// disk guard, well above what compaction leaves.
+	ChangesMaxAge   time.Duration
+	ChangesMaxBytes int64
+	// DeliveriesMaxAge and DeliveriesMaxBytes bound PW_DELIVERIES
+	// (--deliveries-max-age, env PILOTWIRE_DELIVERIES_MAX_AGE, default 24h;
+	// --deliveries-max-bytes, env PILOTWIRE_DELIVERIES_MAX_BYTES, default
+	// 1 GiB, -1: none). The oldest exchanges go first.
+	DeliveriesMaxAge   time.Duration
+	DeliveriesMaxBytes int64
 }
 
 // DefaultCommon is the common configuration every flag defaults to;
@@ -47,6 +66,9 @@ func DefaultCommon(httpAddr string) Common {
 		LogFormat: "text",
 		Replicas:  1,
 		Profiling: true,
+
+		DeliveriesMaxAge:   24 * time.Hour,
+		DeliveriesMaxBytes: bus.DefaultDeliveriesMaxBytes,
 	}
 }
 
@@ -60,6 +82,10 @@ func (c *Common) AddFlags(fs *pflag.FlagSet, def Common) {
 	fs.StringVar(&c.LogFormat, "log-format", EnvString("PILOTWIRE_LOG_FORMAT", def.LogFormat), "log format: text or json (env PILOTWIRE_LOG_FORMAT)")
 	fs.BoolVar(&c.Profiling, "enable-profiling", EnvBool("ENABLE_PROFILING", def.Profiling), "serve Go profiles on /debug/pprof/ of --http-addr (env ENABLE_PROFILING)")
 	fs.IntVar(&c.Replicas, "replicas", EnvInt("PILOTWIRE_REPLICAS", def.Replicas), "replicas of the streams and buckets this service creates (env PILOTWIRE_REPLICAS)")
+	fs.DurationVar(&c.ChangesMaxAge, "changes-max-age", EnvDuration("PILOTWIRE_CHANGES_MAX_AGE", def.ChangesMaxAge), "hard age limit of the change stream; 0: none. Drops live objects' only records too: a disk guard, not retention (the snapshotter compacts) (env PILOTWIRE_CHANGES_MAX_AGE)")
+	fs.Int64Var(&c.ChangesMaxBytes, "changes-max-bytes", int64(EnvInt("PILOTWIRE_CHANGES_MAX_BYTES", int(def.ChangesMaxBytes))), "hard size limit of the change stream in bytes; 0: none (a disk guard, see --changes-max-age) (env PILOTWIRE_CHANGES_MAX_BYTES)")
+	fs.DurationVar(&c.DeliveriesMaxAge, "deliveries-max-age", EnvDuration("PILOTWIRE_DELIVERIES_MAX_AGE", def.DeliveriesMaxAge), "how long the deliveries stream keeps xDS exchanges (env PILOTWIRE_DELIVERIES_MAX_AGE)")
+	fs.Int64Var(&c.DeliveriesMaxBytes, "deliveries-max-bytes", int64(EnvInt("PILOTWIRE_DELIVERIES_MAX_BYTES", int(def.DeliveriesMaxBytes))), "size limit of the deliveries stream in bytes, oldest dropped first; -1: none (env PILOTWIRE_DELIVERIES_MAX_BYTES)")
 }
 
 // CommonConfig returns c; a service's Config, which embeds Common, gets it
@@ -69,8 +95,17 @@ func (c *Common) CommonConfig() *Common { return c }
 // Names returns the bus names for the configured prefix.
 func (c *Common) Names() (bus.Names, error) { return bus.NewNames(c.Prefix) }
 
-// StreamOptions returns the stream options for the configured replicas.
-func (c *Common) StreamOptions() bus.StreamOptions { return bus.StreamOptions{Replicas: c.Replicas} }
+// StreamOptions returns the stream options for the configured replicas and
+// retention.
+func (c *Common) StreamOptions() bus.StreamOptions {
+	return bus.StreamOptions{
+		Replicas:           c.Replicas,
+		ChangesMaxAge:      c.ChangesMaxAge,
+		ChangesMaxBytes:    c.ChangesMaxBytes,
+		DeliveriesMaxAge:   c.DeliveriesMaxAge,
+		DeliveriesMaxBytes: c.DeliveriesMaxBytes,
+	}
+}
 
 // EnvString returns the environment variable name, or def when unset.
 func EnvString(name, def string) string {

@@ -82,6 +82,11 @@ type Config struct {
 	MeshConfigPath string
 	// OnListen, if set, is called with the bound ADS address (tests).
 	OnListen func(addr string)
+
+	// fullReplay builds the model from every record of the stream instead
+	// of the newest snapshot (tests compare the two); ignoreSnapshots from
+	// the last record of every subject (the start-up benchmark).
+	fullReplay, ignoreSnapshots bool
 }
 
 // DefaultConfig is the configuration every flag defaults to; Run also takes

@@ -13,6 +13,7 @@ import (
 
 	"github.com/pilotwire/pilotwire/pkg/bus"
 	"github.com/pilotwire/pilotwire/pkg/model"
+	"github.com/pilotwire/pilotwire/pkg/snapshot"
 	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
 )
 
@@ -81,6 +82,10 @@ type follower struct {
 	gate    *seqGate
 	log     *slog.Logger
 	metrics *metrics
+	// fullReplay reads the whole stream instead of a snapshot or the last
+	// record of each subject (tests compare the two); ignoreSnapshots
+	// reads the last record of each subject even when there is a snapshot.
+	fullReplay, ignoreSnapshots bool
 
 	// owned by the consumer callback
 	caughtUpOnce sync.Once
@@ -102,10 +107,12 @@ func (f *follower) start(ctx context.Context) (stop func(), err error) {
 		return nil, fmt.Errorf("changes stream info: %w", err)
 	}
 	target := info.State.LastSeq
-	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{f.names.ChangesAll()},
-		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
-	})
+	start := time.Now()
+	cfg, from, err := f.startFrom(ctx, info.State.FirstSeq)
+	if err != nil {
+		return nil, err
+	}
+	cons, err := stream.OrderedConsumer(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("ordered consumer on %s: %w", f.names.ChangesStream(), err)
 	}
@@ -117,7 +124,6 @@ func (f *follower) start(ctx context.Context) (stop func(), err error) {
 	if err != nil {
 		return nil, fmt.Errorf("consume %s: %w", f.names.ChangesStream(), err)
 	}
-	start := time.Now()
 	// Caught up when the stream's last sequence as of now is applied, or when
 	// a delivered record says nothing is pending (the last sequence may be a
 	// deleted message, which is never delivered).
@@ -141,8 +147,66 @@ func (f *follower) start(ctx context.Context) (stop func(), err error) {
 		cc.Stop()
 		return nil, fmt.Errorf("bootstrap model: %w", err)
 	}
-	f.log.Info("model bootstrapped", "seq", target, "took", time.Since(start))
+	f.log.Info("model bootstrapped", "seq", target, "snapshot_seq", from, "took", time.Since(start))
 	return cc.Stop, nil
+}
+
+// startFrom loads the newest snapshot into the model, if there is one the
+// stream still follows on from, and returns the consumer that delivers
+// what comes after it (from: the snapshot's sequence). Without one the
+// consumer starts with the last record of every subject. Either way the
+// model holds every live object's last record: a snapshot is that set at
+// its sequence.
+func (f *follower) startFrom(ctx context.Context, firstSeq uint64) (jetstream.OrderedConsumerConfig, uint64, error) {
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{f.names.ChangesAll()}, DeliverPolicy: jetstream.DeliverLastPerSubjectPolicy}
+	if f.fullReplay {
+		cfg.DeliverPolicy = jetstream.DeliverAllPolicy
+		return cfg, 0, nil
+	}
+	if f.ignoreSnapshots {
+		return cfg, 0, nil
+	}
+	st, err := snapshot.Open(ctx, f.js, f.names)
+	if err != nil || st == nil {
+		return cfg, 0, err
+	}
+	in, err := st.Latest(ctx, 0, time.Time{})
+	if err != nil || in == nil {
+		return cfg, 0, err
+	}
+	if firstSeq > in.Seq+1 {
+		f.log.Error("the change stream lost records after the newest snapshot; starting from the stream instead", "snapshot_seq", in.Seq, "first_seq", firstSeq)
+		return cfg, 0, nil
+	}
+	err = st.Read(ctx, *in, func(r snapshot.Record) error {
+		f.apply(r.Subject, r.Seq, r.Data)
+		return nil
+	})
+	if err != nil {
+		return cfg, 0, fmt.Errorf("load snapshot: %w", err)
+	}
+	f.gate.advance(in.Seq)
+	f.metrics.appliedSeq.Set(float64(in.Seq))
+	f.metrics.snapshotSeq.Set(float64(in.Seq))
+	f.reportProblems()
+	cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, in.Seq+1
+	return cfg, in.Seq, nil
+}
+
+// apply decodes and applies one record; a bad one is logged and counted
+// and changes nothing. It returns the record, or nil if undecodable.
+func (f *follower) apply(subject string, seq uint64, data []byte) *pb.ChangeRecord {
+	rec := &pb.ChangeRecord{}
+	if err := proto.Unmarshal(data, rec); err != nil {
+		f.metrics.badRecords.Inc()
+		f.log.Error("undecodable change record", "subject", subject, "seq", seq, "err", err)
+		return nil
+	}
+	if err := f.store.Apply(rec, seq); err != nil && !errors.Is(err, model.ErrAlreadyApplied) {
+		f.metrics.badRecords.Inc()
+		f.log.Error("change record not applied", "subject", subject, "seq", seq, "err", err)
+	}
+	return rec
 }
 
 func (f *follower) handle(msg jetstream.Msg) {
@@ -151,20 +215,14 @@ func (f *follower) handle(msg jetstream.Msg) {
 		f.log.Error("change message without metadata", "subject", msg.Subject(), "err", err)
 		return
 	}
-	rec := &pb.ChangeRecord{}
-	if err := proto.Unmarshal(msg.Data(), rec); err != nil {
-		f.metrics.badRecords.Inc()
-		f.log.Error("undecodable change record", "subject", msg.Subject(), "seq", md.Sequence.Stream, "err", err)
+	rec := f.apply(msg.Subject(), md.Sequence.Stream, msg.Data())
+	if rec == nil {
 		// The sequence is still applied: it changes nothing in the model.
 		f.gate.advance(md.Sequence.Stream)
 		if md.NumPending == 0 {
 			f.caughtUpOnce.Do(func() { close(f.caughtUp) })
 		}
 		return
-	}
-	if err := f.store.Apply(rec, md.Sequence.Stream); err != nil && !errors.Is(err, model.ErrAlreadyApplied) {
-		f.metrics.badRecords.Inc()
-		f.log.Error("change record not applied", "subject", msg.Subject(), "seq", md.Sequence.Stream, "err", err)
 	}
 	f.metrics.appliedSeq.Set(float64(md.Sequence.Stream))
 	f.gate.advance(md.Sequence.Stream)

@@ -17,6 +17,7 @@ type metrics struct {
 	shed            *prometheus.CounterVec
 	badRecords      prometheus.Counter
 	appliedSeq      prometheus.Gauge
+	snapshotSeq     prometheus.Gauge
 	orders          *prometheus.CounterVec
 	orderSeqs       *prometheus.CounterVec
 	ordersDropped   prometheus.Counter
@@ -73,6 +74,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 		appliedSeq: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "pilotwire_ads_applied_seq", Help: "Change-stream sequence the model has applied.",
+		}),
+		snapshotSeq: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "pilotwire_ads_bootstrap_snapshot_seq", Help: "Sequence of the snapshot the model started from (0: it read the stream).",
 		}),
 		orders: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pilotwire_ads_push_orders_total", Help: "Push orders handled, by result.",
@@ -143,7 +147,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		Name: "pilotwire_xds_marshals_total", Help: "xDS resources marshalled (once per resource version, shared by every proxy).",
 	}, func() float64 { return float64(xdsgen.Marshals()) })
 	reg.MustRegister(marshals, m.routers, m.connections, m.pushes, m.rejects, m.expiredNonce, m.sendErrors, m.badRequests, m.shed,
-		m.badRecords, m.appliedSeq, m.orders, m.orderSeqs, m.ordersDropped, m.responseBytes, m.registryErrors,
+		m.badRecords, m.appliedSeq, m.snapshotSeq, m.orders, m.orderSeqs, m.ordersDropped, m.responseBytes, m.registryErrors,
 		m.deliveryDrops, m.admitRejects, m.admitWaiting, m.admitWait, m.convergence, m.pushTime, m.sendTime, m.configSize, m.deferred, m.reregistrations, m.doneErrors, m.doneMessages, m.generateErrors)
 	return m
 }

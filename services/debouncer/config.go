@@ -7,6 +7,7 @@ import (
 
 	"github.com/pilotwire/pilotwire/pkg/debounce"
 	"github.com/pilotwire/pilotwire/pkg/lease"
+	"github.com/pilotwire/pilotwire/pkg/snapshot"
 	"github.com/pilotwire/pilotwire/pkg/svc"
 )
 
@@ -36,6 +37,17 @@ type Config struct {
 	// largest message NATS and the PUSHES stream accept (--max-request-bytes,
 	// env PILOTWIRE_DEBOUNCE_MAX_REQUEST_BYTES, default 512 KiB).
 	MaxRequestBytes int
+	// SnapshotInterval is how often the snapshotter (one debouncer
+	// instance, under the lease "snapshot") writes a snapshot of the change
+	// stream's live objects and compacts the stream (--snapshot-interval,
+	// env PILOTWIRE_SNAPSHOT_INTERVAL, default 10m; negative: no snapshots
+	// and no compaction, the history then grows forever).
+	SnapshotInterval time.Duration
+	// SnapshotRetention is how far back the history stays exact: records
+	// older than this that no live object needs (deleted objects, a live
+	// object's superseded versions) are purged once a snapshot covers them
+	// (--snapshot-retention, env PILOTWIRE_SNAPSHOT_RETENTION, default 72h).
+	SnapshotRetention time.Duration
 
 	hooks *testHooks // tests only
 }
@@ -49,6 +61,9 @@ func DefaultConfig() Config {
 		LeaseTTL:        lease.DefaultTTL,
 		MaxAckPending:   200_000,
 		MaxRequestBytes: 512 << 10,
+
+		SnapshotInterval:  snapshot.DefaultInterval,
+		SnapshotRetention: snapshot.DefaultRetention,
 	}
 }
 
@@ -62,6 +77,8 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&c.Debounce.EnableEDSDebounce, "enable-eds-debounce", svc.EnvBool("PILOT_ENABLE_EDS_DEBOUNCE", d.Debounce.EnableEDSDebounce), "debounce endpoint-only changes too (env PILOT_ENABLE_EDS_DEBOUNCE)")
 	fs.IntVar(&c.MaxAckPending, "max-ack-pending", svc.EnvInt("PILOTWIRE_DEBOUNCE_MAX_ACK_PENDING", d.MaxAckPending), "change records held un-acknowledged while merged (env PILOTWIRE_DEBOUNCE_MAX_ACK_PENDING)")
 	fs.IntVar(&c.MaxRequestBytes, "max-request-bytes", svc.EnvInt("PILOTWIRE_DEBOUNCE_MAX_REQUEST_BYTES", d.MaxRequestBytes), "a PushRequest larger than this drops its config keys and becomes a full push (env PILOTWIRE_DEBOUNCE_MAX_REQUEST_BYTES)")
+	fs.DurationVar(&c.SnapshotInterval, "snapshot-interval", svc.EnvDuration("PILOTWIRE_SNAPSHOT_INTERVAL", d.SnapshotInterval), "write a snapshot of the change stream's live objects and compact the stream this often; negative disables both (env PILOTWIRE_SNAPSHOT_INTERVAL)")
+	fs.DurationVar(&c.SnapshotRetention, "snapshot-retention", svc.EnvDuration("PILOTWIRE_SNAPSHOT_RETENTION", d.SnapshotRetention), "keep the change history exact this far back; older records no live object needs are purged (env PILOTWIRE_SNAPSHOT_RETENTION)")
 	fs.StringVar(&c.ID, "id", svc.EnvString("PILOTWIRE_INSTANCE_ID", d.ID), "unique id of this instance in the lease (env PILOTWIRE_INSTANCE_ID; default debouncer-<hostname>-<random>)")
 	fs.DurationVar(&c.LeaseTTL, "lease-ttl", svc.EnvDuration("PILOTWIRE_LEASE_TTL", d.LeaseTTL), "a standby takes over when the active instance has not renewed its lease for this long (env PILOTWIRE_LEASE_TTL)")
 }
@@ -80,6 +97,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxRequestBytes <= 0 {
 		c.MaxRequestBytes = d.MaxRequestBytes
+	}
+	if c.SnapshotInterval == 0 {
+		c.SnapshotInterval = d.SnapshotInterval
+	}
+	if c.SnapshotRetention <= 0 {
+		c.SnapshotRetention = d.SnapshotRetention
 	}
 	return c
 }

@@ -59,6 +59,13 @@ func Run(ctx context.Context, cfg Config, d svc.Deps) error {
 	d.Health.SetReady()
 	d.Log.Info("debouncer ready", "id", cfg.ID, "max_request_bytes", maxBytes, "debounce_after", cfg.Debounce.DebounceAfter,
 		"debounce_max", cfg.Debounce.DebounceMax, "eds_debounce", cfg.Debounce.EnableEDSDebounce)
+	if cfg.SnapshotInterval < 0 {
+		return el.Run(ctx, a.work)
+	}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); runSnapshotter(ctx, cfg, names, d, leases) }()
+	defer wg.Wait()
 	return el.Run(ctx, a.work)
 }
 

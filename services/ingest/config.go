@@ -15,6 +15,7 @@ import (
 	"github.com/pilotwire/pilotwire/pkg/svc"
 	"github.com/pilotwire/pilotwire/services/ingest/filesource"
 	"github.com/pilotwire/pilotwire/services/ingest/kubesource"
+	"github.com/pilotwire/pilotwire/services/ingest/manifest"
 	"github.com/pilotwire/pilotwire/services/ingest/publish"
 )
 
@@ -309,6 +310,7 @@ func (c *Config) publishOptions(names bus.Names) publish.Options {
 		Stream:              c.StreamOptions(),
 		MassDeleteThreshold: c.MassDeleteThreshold,
 		MassDeleteOverride:  "set --mass-delete-threshold=1 (PILOTWIRE_MASS_DELETE_THRESHOLD) to allow it",
+		Records:             manifest.Recorded,
 	}
 }
 

@@ -17,6 +17,9 @@ const (
 	// MaxReplans re-plans; the change is given up (the source's next event
 	// on the object tries again).
 	RejectConflicts = "conflicts"
+	// RejectKindNotRecorded: the object's kind is off the allowlist
+	// (Options.Records); it is never written to the history.
+	RejectKindNotRecorded = "kind_not_recorded"
 )
 
 // Operations of pilotwire_ingest_publish_retries_total.
@@ -36,6 +39,7 @@ type metrics struct {
 	massDeletes  prometheus.Counter
 	unreadable   prometheus.Counter
 	rejected     *prometheus.CounterVec
+	purged       *prometheus.CounterVec
 	objects      prometheus.Gauge
 	lastSeq      prometheus.Gauge
 	inflight     prometheus.Gauge
@@ -79,6 +83,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "pilotwire_ingest_rejected_records_total",
 			Help: "Records not published because they can never be stored, by reason.",
 		}, []string{"reason"})),
+		purged: promreg.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pilotwire_ingest_purged_subjects_total",
+			Help: "Subjects of this cluster purged from the CHANGES stream at start because their kind is off the allowlist (stored by an older ingest), by kind.",
+		}, []string{"kind"})),
 		objects: promreg.Register(reg, prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "pilotwire_ingest_objects",
 			Help: "Objects of this cluster live on the CHANGES stream, as this ingest knows them.",

@@ -140,6 +140,17 @@ func (p *Publisher) plan(ctx context.Context, c Change) (*outMsg, Result, error)
 		res.Rejected++
 		return nil, res, nil
 	}
+	if !p.recorded(k) {
+		if !c.Delete {
+			p.metrics.rejected.WithLabelValues(RejectKindNotRecorded).Inc()
+			p.log.Warn("not recording an object: its kind is not on ingest's allowlist (Secrets and kinds the mesh does not read are never written to the history)",
+				"reason", RejectKindNotRecorded, "source", o.Source, "kind", k.KindLabel(), "namespace", k.Namespace, "name", k.Name)
+			res.Rejected++
+		} else {
+			res.Unchanged++
+		}
+		return nil, res, nil
+	}
 	cur := p.state[k]
 	live := cur != nil && cur.live
 	var prevSeq uint64

@@ -66,6 +66,14 @@ type Options struct {
 	MaxReplans int
 	// Now is the clock of observed_at (default time.Now).
 	Now func() time.Time
+	// Records, if set, is the allowlist of kinds the publisher records
+	// (ingest passes manifest.Recorded). A change of another kind is
+	// never published (logged, rejected_records_total{reason=
+	// "kind_not_recorded"}), and Start purges the cluster's subjects of
+	// such kinds from the stream (logged, purged_subjects_total{kind}):
+	// an older ingest may have recorded them, and a delete would carry
+	// their last content. Nil records every kind.
+	Records func(group, kind string) bool
 }
 
 func (o Options) withDefaults() Options {
@@ -157,6 +165,9 @@ type Publisher struct {
 	state   map[Key]*entry
 	live    int
 	lastSeq uint64
+	// unrecorded: subjects of kinds off Options.Records found by load,
+	// purged by Start.
+	unrecorded map[string]Key
 }
 
 // New returns a publisher; it does no I/O (see Start).
@@ -193,7 +204,11 @@ func (p *Publisher) Start(ctx context.Context) error {
 	p.state = make(map[Key]*entry)
 	p.live, p.lastSeq = 0, 0
 	start := time.Now()
+	p.unrecorded = nil
 	if err := p.load(ctx, s); err != nil {
+		return err
+	}
+	if err := p.purgeUnrecorded(ctx, s); err != nil {
 		return err
 	}
 	p.stream, p.maxSize = s, maxSize

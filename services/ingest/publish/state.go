@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -71,6 +72,10 @@ func (p *Publisher) absorb(subject string, data []byte, content string, seq uint
 		r := rec.GetRef()
 		if got := p.opts.Names.ChangeSubject(p.opts.Cluster, r); got == subject {
 			k := Key{Group: r.GetGroup(), Kind: r.GetKind(), Namespace: r.GetNamespace(), Name: r.GetName()}
+			if !p.recorded(k) {
+				p.markUnrecorded(subject, k)
+				return
+			}
 			p.setEntry(k, entry{
 				uid: rec.GetUid(), rv: rec.GetResourceVersion(), version: r.GetVersion(), source: rec.GetSource(),
 				content: content, seq: seq, live: rec.GetOp() != pb.Op_OP_DELETE,
@@ -86,6 +91,10 @@ func (p *Publisher) absorb(subject string, data []byte, content string, seq uint
 	k, ok := p.keyOf(subject)
 	if !ok {
 		p.log.Warn("skipping an unreadable change record on a subject that names no object", "subject", subject, "seq", seq, "err", err)
+		return
+	}
+	if !p.recorded(k) {
+		p.markUnrecorded(subject, k)
 		return
 	}
 	p.log.Warn("unreadable change record: keeping its sequence, treating the object as unknown (not deleted, the next record follows it)",
@@ -123,4 +132,45 @@ func (p *Publisher) keyOf(subject string) (Key, bool) {
 		return Key{}, false
 	}
 	return k, true
+}
+
+// recorded reports whether the publisher records k's kind (Options.Records).
+func (p *Publisher) recorded(k Key) bool {
+	return p.opts.Records == nil || p.opts.Records(k.Group, k.Kind)
+}
+
+func (p *Publisher) markUnrecorded(subject string, k Key) {
+	if p.unrecorded == nil {
+		p.unrecorded = make(map[string]Key)
+	}
+	p.unrecorded[subject] = k
+}
+
+// purgeUnrecorded removes from the stream every subject of the cluster
+// whose kind is off the allowlist, each with all its records: what an
+// older ingest stored there (a Secret's data, say) is not kept for the
+// stream's retention, and no delete carrying it is ever written. Each
+// purge is logged and counted. Caller holds mu.
+func (p *Publisher) purgeUnrecorded(ctx context.Context, s jetstream.Stream) error {
+	if len(p.unrecorded) == 0 {
+		return nil
+	}
+	subjects := make([]string, 0, len(p.unrecorded))
+	for subj := range p.unrecorded {
+		subjects = append(subjects, subj)
+	}
+	slices.Sort(subjects)
+	kinds := make(map[string]int)
+	for _, subj := range subjects {
+		k := p.unrecorded[subj]
+		if err := s.Purge(ctx, jetstream.WithPurgeSubject(subj)); err != nil {
+			return fmt.Errorf("purge %s (kind %s is not recorded): %w", subj, k.KindLabel(), err)
+		}
+		p.metrics.purged.WithLabelValues(k.KindLabel()).Inc()
+		kinds[k.KindLabel()]++
+		delete(p.unrecorded, subj)
+	}
+	p.log.Warn("purged the records of kinds ingest does not record (an older ingest stored them; they are not kept in the history)",
+		"subjects", len(subjects), "kinds", kinds)
+	return nil
 }

@@ -82,6 +82,9 @@ func TryRecords(ctx context.Context, js jetstream.JetStream, names bus.Names) ([
 	}
 	for seq := info.State.FirstSeq; seq <= info.State.LastSeq; seq++ {
 		raw, err := s.GetMsg(ctx, seq)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue // purged (a subject removed from the history)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("get %d: %w", seq, err)
 		}

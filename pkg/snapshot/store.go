@@ -1,0 +1,216 @@
+package snapshot
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/pilotwire/pilotwire/pkg/bus"
+)
+
+// Info describes one stored snapshot.
+type Info struct {
+	Name string
+	// Seq is the last change-stream sequence the snapshot reflects; Time
+	// when the stream stored that record.
+	Seq  uint64
+	Time time.Time
+	// Objects is the number of live records it holds.
+	Objects int
+	// Size is its encoded size in bytes.
+	Size uint64
+}
+
+// namePrefix names snapshot objects: changes-<seq, 20 digits>, so that
+// names sort by sequence.
+const namePrefix = "changes-"
+
+// horizonName is the object holding the horizon: the sequence of the
+// oldest snapshot kept once compaction has purged anything. Points of the
+// history before it cannot be rebuilt exactly.
+const horizonName = "horizon"
+
+// Store is the snapshot bucket.
+type Store struct {
+	os jetstream.ObjectStore
+}
+
+// Ensure creates or opens the snapshot bucket.
+func Ensure(ctx context.Context, js jetstream.JetStream, names bus.Names, o bus.StreamOptions) (*Store, error) {
+	os, err := bus.EnsureObjectStore(ctx, js, names.SnapshotsConfig(o))
+	if err != nil {
+		return nil, err
+	}
+	return &Store{os: os}, nil
+}
+
+// Open opens the snapshot bucket; nil (and no error) when there is none.
+func Open(ctx context.Context, js jetstream.JetStream, names bus.Names) (*Store, error) {
+	os, err := js.ObjectStore(ctx, names.SnapshotBucket())
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("snapshot bucket: %w", err)
+	}
+	return &Store{os: os}, nil
+}
+
+// List returns the stored snapshots, oldest first.
+func (s *Store) List(ctx context.Context) ([]Info, error) {
+	objs, err := s.os.List(ctx)
+	if errors.Is(err, jetstream.ErrNoObjectsFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list snapshots: %w", err)
+	}
+	var out []Info
+	for _, o := range objs {
+		if o.Deleted || !strings.HasPrefix(o.Name, namePrefix) {
+			continue
+		}
+		seq, err := strconv.ParseUint(o.Metadata["seq"], 10, 64)
+		if err != nil {
+			continue // not one of ours
+		}
+		at, _ := time.Parse(time.RFC3339Nano, o.Metadata["time"])
+		n, _ := strconv.Atoi(o.Metadata["objects"])
+		out = append(out, Info{Name: o.Name, Seq: seq, Time: at, Objects: n, Size: o.Size})
+	}
+	slices.SortFunc(out, func(a, b Info) int { return compareSeq(a.Seq, b.Seq) })
+	return out, nil
+}
+
+// Latest returns the newest snapshot with Seq at most maxSeq (0: any) and
+// Time not after until (zero: any), or nil.
+func (s *Store) Latest(ctx context.Context, maxSeq uint64, until time.Time) (*Info, error) {
+	all, err := s.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for i := len(all) - 1; i >= 0; i-- {
+		in := all[i]
+		if (maxSeq == 0 || in.Seq <= maxSeq) && (until.IsZero() || !in.Time.After(until)) {
+			return &in, nil
+		}
+	}
+	return nil, nil
+}
+
+// Read calls fn for every live record of a snapshot, in sequence order.
+func (s *Store) Read(ctx context.Context, in Info, fn func(Record) error) error {
+	return s.read(ctx, in, func(r Record, flags byte) error {
+		if flags&flagDeleted != 0 {
+			return nil
+		}
+		return fn(r)
+	})
+}
+
+func (s *Store) read(ctx context.Context, in Info, fn func(Record, byte) error) error {
+	r, err := s.os.Get(ctx, in.Name)
+	if err != nil {
+		return fmt.Errorf("get snapshot %s: %w", in.Name, err)
+	}
+	defer r.Close()
+	if err := decode(r, fn); err != nil {
+		return fmt.Errorf("read snapshot %s: %w", in.Name, err)
+	}
+	return nil
+}
+
+// loadSet reads a snapshot back into a set standing at its sequence.
+func (s *Store) loadSet(ctx context.Context, in Info) (*Set, error) {
+	set := NewSet()
+	if err := s.read(ctx, in, func(r Record, flags byte) error { set.load(r, flags); return nil }); err != nil {
+		return nil, err
+	}
+	set.setAt(in.Seq, in.Time)
+	return set, nil
+}
+
+// Write stores the set's live records as the snapshot at the set's
+// sequence. The object becomes visible only once complete.
+func (s *Store) Write(ctx context.Context, set *Set) (Info, error) {
+	entries := set.entries()
+	in := Info{Name: fmt.Sprintf("%s%020d", namePrefix, set.Seq()), Seq: set.Seq(), Time: set.Time(), Objects: set.Len()}
+	pr, pw := io.Pipe()
+	encoded := make(chan struct{})
+	go func() { defer close(encoded); pw.CloseWithError(encode(pw, entries)) }()
+	defer func() { <-encoded }()
+	oi, err := s.os.Put(ctx, jetstream.ObjectMeta{
+		Name:        in.Name,
+		Description: "pilotwire change-stream snapshot",
+		Metadata: map[string]string{
+			"seq":     strconv.FormatUint(in.Seq, 10),
+			"time":    in.Time.UTC().Format(time.RFC3339Nano),
+			"objects": strconv.Itoa(in.Objects),
+		},
+	}, pr)
+	pr.CloseWithError(errors.New("put ended")) // lets the encoder return if Put stopped early
+	if err != nil {
+		return Info{}, fmt.Errorf("write snapshot %s: %w", in.Name, err)
+	}
+	in.Size = oi.Size
+	return in, nil
+}
+
+// Delete removes a snapshot.
+func (s *Store) Delete(ctx context.Context, in Info) error {
+	if err := s.os.Delete(ctx, in.Name); err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
+		return fmt.Errorf("delete snapshot %s: %w", in.Name, err)
+	}
+	return nil
+}
+
+// Horizon is the oldest sequence the history can be rebuilt at exactly
+// (0: every point the stream holds): compaction has purged records below
+// it.
+func (s *Store) Horizon(ctx context.Context) (uint64, error) {
+	b, err := s.os.GetBytes(ctx, horizonName)
+	if errors.Is(err, jetstream.ErrObjectNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("read the snapshot horizon: %w", err)
+	}
+	seq, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("snapshot horizon %q: %w", b, err)
+	}
+	return seq, nil
+}
+
+// setHorizon records the horizon; it only grows.
+func (s *Store) setHorizon(ctx context.Context, seq uint64) error {
+	if _, err := s.os.PutBytes(ctx, horizonName, []byte(strconv.FormatUint(seq, 10))); err != nil {
+		return fmt.Errorf("write the snapshot horizon: %w", err)
+	}
+	return nil
+}
+
+// LoadLatest reads the newest snapshot at or before (maxSeq, until) (see
+// Latest) of the bucket, if there is one, into fn. It returns the
+// snapshot read, or nil when there is none (no bucket, no snapshot).
+func LoadLatest(ctx context.Context, js jetstream.JetStream, names bus.Names, maxSeq uint64, until time.Time, fn func(Record) error) (*Info, error) {
+	st, err := Open(ctx, js, names)
+	if err != nil || st == nil {
+		return nil, err
+	}
+	in, err := st.Latest(ctx, maxSeq, until)
+	if err != nil || in == nil {
+		return nil, err
+	}
+	if err := st.Read(ctx, *in, fn); err != nil {
+		return nil, err
+	}
+	return in, nil
+}

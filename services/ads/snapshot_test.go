@@ -1,0 +1,137 @@
+package ads
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	resource "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+
+	"github.com/pilotwire/pilotwire/internal/testkit/testutil"
+	"github.com/pilotwire/pilotwire/pkg/snapshot"
+	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
+)
+
+// TestFrontendFromSnapshot: a frontend that starts from a snapshot of a
+// compacted stream, and replays only what follows it, serves proxies
+// byte-identical resources and versions to a frontend that replayed the
+// whole history before compaction.
+func TestFrontendFromSnapshot(t *testing.T) {
+	f := startFrontend(t, nil) // a bystander: it only owns the NATS server
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.DefaultTimeout)
+	defer cancel()
+	now := time.Now()
+	snap := snapshot.New(snapshot.Options{JS: f.js, Names: f.names, Retention: time.Hour, Now: func() time.Time { return now }})
+	defer snap.Close()
+
+	// History before the first snapshot: services come, change and go.
+	for i := range 6 {
+		ns := []string{"shop", "web"}[i%2]
+		name := fmt.Sprintf("svc-%d", i)
+		f.publish(t, pb.Op_OP_ADD, "", "Service", service(ns, name, 80+i))
+		f.publish(t, pb.Op_OP_ADD, "discovery.k8s.io", "EndpointSlice", slice(ns, name, 8080, "10.1.0.1"))
+		f.publish(t, pb.Op_OP_UPDATE, "discovery.k8s.io", "EndpointSlice", slice(ns, name, 8080, "10.1.0.1", fmt.Sprintf("10.1.0.%d", 10+i)))
+	}
+	f.publish(t, pb.Op_OP_DELETE, "", "Service", service("shop", "svc-0", 80))
+	f.publish(t, pb.Op_OP_DELETE, "discovery.k8s.io", "EndpointSlice", slice("shop", "svc-0", 8080))
+	if _, err := snap.Step(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// More history, then a frontend that reads all of it.
+	f.publish(t, pb.Op_OP_DELETE, "", "Service", service("web", "svc-1", 81))
+	f.publish(t, pb.Op_OP_UPDATE, "", "Service", service("shop", "svc-2", 9082))
+	f.publish(t, pb.Op_OP_ADD, "", "Service", service("shop", "svc-0", 80)) // back again
+	f.publish(t, pb.Op_OP_ADD, "discovery.k8s.io", "EndpointSlice", slice("shop", "svc-0", 8080, "10.2.0.1"))
+	full := runFrontend(t, f.url, "fe-full", func(c *Config) { c.fullReplay = true })
+
+	// Past the retention window the snapshotter compacts what it covers.
+	now = now.Add(2 * time.Hour)
+	in, err := snap.Step(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := f.js.Stream(ctx, f.names.ChangesStream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := info.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.State.Msgs >= st.State.LastSeq {
+		t.Fatalf("stream not compacted: %d records of %d", st.State.Msgs, st.State.LastSeq)
+	}
+	// What follows the snapshot: the one started from it replays this only.
+	f.publish(t, pb.Op_OP_UPDATE, "discovery.k8s.io", "EndpointSlice", slice("web", "svc-3", 8080, "10.3.0.1"))
+	last := f.publish(t, pb.Op_OP_ADD, "", "Service", service("web", "svc-9", 99))
+	fromSnap := runFrontend(t, f.url, "fe-snap", nil)
+	for _, fe := range []*frontend{full, fromSnap} {
+		fe.waitApplied(t, last)
+	}
+	if got := fromSnap.gauge("pilotwire_ads_bootstrap_snapshot_seq"); got != float64(in.Seq) {
+		t.Fatalf("frontend started from snapshot %v, want the one at %d", got, in.Seq)
+	}
+	if got := full.gauge("pilotwire_ads_bootstrap_snapshot_seq"); got != 0 {
+		t.Fatalf("full-replay frontend started from snapshot %v", got)
+	}
+
+	for _, node := range []*core.Node{
+		{Id: "sidecar~10.0.0.1~a-0.default~default.svc.cluster.local"},
+		{Id: "sidecar~10.1.0.10~b-0.shop~shop.svc.cluster.local"},
+	} {
+		want := fetchConfig(ctx, t, full.addr, node)
+		got := fetchConfig(ctx, t, fromSnap.addr, node)
+		for _, typ := range []string{resource.ClusterType, resource.EndpointType, resource.ListenerType} {
+			w, g := want[typ], got[typ]
+			if w.GetVersionInfo() != g.GetVersionInfo() {
+				t.Errorf("%s %s: version %q from the snapshot, %q from the full replay", node.Id, typ, g.GetVersionInfo(), w.GetVersionInfo())
+			}
+			if len(w.GetResources()) == 0 || len(w.GetResources()) != len(g.GetResources()) {
+				t.Errorf("%s %s: %d resources from the snapshot, %d from the full replay", node.Id, typ, len(g.GetResources()), len(w.GetResources()))
+				continue
+			}
+			for i := range w.GetResources() {
+				if !bytes.Equal(w.GetResources()[i].GetValue(), g.GetResources()[i].GetValue()) {
+					t.Errorf("%s %s: resource %d differs", node.Id, typ, i)
+				}
+			}
+		}
+	}
+}
+
+// fetchConfig asks one ADS frontend for a node's clusters, their load
+// assignments and its listeners, ACKing each (make before break).
+func fetchConfig(ctx context.Context, t *testing.T, addr string, node *core.Node) map[string]*discovery.DiscoveryResponse {
+	t.Helper()
+	c := dial(ctx, t, addr, node)
+	out := make(map[string]*discovery.DiscoveryResponse)
+	ask := func(typ string, names []string) *discovery.DiscoveryResponse {
+		c.send(&discovery.DiscoveryRequest{TypeUrl: typ, ResourceNames: names})
+		r := c.recv()
+		if r.GetTypeUrl() != typ {
+			t.Fatalf("asked for %s, got %s", typ, r.GetTypeUrl())
+		}
+		c.send(&discovery.DiscoveryRequest{TypeUrl: typ, ResourceNames: names, VersionInfo: r.GetVersionInfo(), ResponseNonce: r.GetNonce()})
+		out[typ] = r
+		return r
+	}
+	cds := ask(resource.ClusterType, nil)
+	var eds []string
+	for _, a := range cds.GetResources() {
+		var cl cluster.Cluster
+		if err := a.UnmarshalTo(&cl); err != nil {
+			t.Fatal(err)
+		}
+		if cl.GetType() == cluster.Cluster_EDS {
+			eds = append(eds, cl.GetName())
+		}
+	}
+	ask(resource.EndpointType, eds)
+	ask(resource.ListenerType, nil)
+	return out
+}

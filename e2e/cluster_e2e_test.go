@@ -9,11 +9,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pilotwire/pilotwire/internal/testkit/natstest"
 	"github.com/pilotwire/pilotwire/internal/testkit/pipelinetest"
 	"github.com/pilotwire/pilotwire/internal/testkit/testutil"
+	"github.com/pilotwire/pilotwire/pkg/bus"
 	"github.com/pilotwire/pilotwire/pkg/debounce"
 	"github.com/pilotwire/pilotwire/pkg/svc"
 	"github.com/pilotwire/pilotwire/services/ads"
@@ -64,7 +66,7 @@ func startServices(t *testing.T, url, dir string, common svc.Common) *services {
 		return pusher.Run(ctx, pusher.Config{Common: common}, d)
 	})
 	start("ads", func(ctx context.Context, d svc.Deps) error {
-		return ads.Run(ctx, ads.Config{Common: common, ADSAddr: "127.0.0.1:0", FrontendID: "fe-0", MaxConnectionAge: time.Hour}, d)
+		return ads.Run(ctx, ads.Config{Common: common, ADSAddr: "127.0.0.1:0", FrontendID: "fe-0", MaxConnectionAge: time.Hour, RecordDeliveries: true}, d)
 	})
 	t.Cleanup(func() {
 		cancel()
@@ -113,5 +115,52 @@ func TestStartBeforeClusterElects(t *testing.T) {
 	c.Start(2)
 	for name, h := range s.healths {
 		s.waitFor(t, name+" ready", h.Ready)
+	}
+}
+
+// TestServicesKeepClusterReplicas: on a 3-node cluster whose streams and
+// buckets are at 3 replicas, services started without --replicas 3 leave
+// them at 3 and report the drift (a log line and pilotwire_stream_drift),
+// where they used to reconfigure every stream down to one replica.
+func TestServicesKeepClusterReplicas(t *testing.T) {
+	c := natstest.StartCluster(t, natstest.ClusterOptions{})
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.DefaultTimeout)
+	defer cancel()
+	_, js := natstest.Connect(t, c.URLs())
+	names, err := bus.NewNames("pw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r3 := bus.StreamOptions{Replicas: 3}
+	streams := []string{names.ChangesStream(), names.PushesStream(), names.DeliveriesStream(), "KV_" + names.RegistryBucket(), "KV_" + names.LeaseBucket()}
+	for _, cfg := range []jetstream.StreamConfig{names.ChangesConfig(r3), names.PushesConfig(r3), names.DeliveriesConfig(r3)} {
+		if _, err := bus.EnsureStream(ctx, js, cfg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, cfg := range []jetstream.KeyValueConfig{names.RegistryConfig(r3), names.LeaseConfig(r3)} {
+		if _, err := bus.EnsureKV(ctx, js, cfg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dir := t.TempDir()
+	pipelinetest.WriteFile(t, dir, "mesh.yaml", meshYAML)
+	s := startServices(t, c.URLs(), dir, svc.Common{NATSURL: c.URLs(), Prefix: "pw"})
+	for name, h := range s.healths {
+		s.waitFor(t, name+" ready", h.Ready)
+	}
+	for _, name := range streams {
+		info, err := js.Stream(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := info.CachedInfo().Config.Replicas; got != 3 {
+			t.Errorf("stream %s has %d replicas after the services started, want 3 (left alone)", name, got)
+		}
+	}
+	for _, name := range []string{"ingest", "debouncer", "pusher", "ads"} {
+		if got := testutil.Metric(s.regs[name], "pilotwire_stream_drift"); got == 0 {
+			t.Errorf("%s: pilotwire_stream_drift = 0, want the replica drift reported", name)
+		}
 	}
 }

@@ -18,6 +18,6 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newUpCmd(), newHistoryCmd(), newRenderCmd(), newDiffCmd(), newTraceCmd(), newStatusCmd(), newProxyConfigCmd())
+	root.AddCommand(newUpCmd(), newHistoryCmd(), newRenderCmd(), newDiffCmd(), newTraceCmd(), newStatusCmd(), newProxyConfigCmd(), newStreamsCmd())
 	svc.Main(root)
 }

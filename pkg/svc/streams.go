@@ -17,6 +17,11 @@ import (
 // waited for with backoff: each failed try is logged and counted
 // (pilotwire_stream_ensure_retries_total{name}), and the service's
 // readiness says what it waits for. It never gives up before ctx ends.
+//
+// A stream or bucket that exists is never changed: where its config
+// differs from the declaration (pkg/bus), each field is logged and set in
+// pilotwire_stream_drift{name,field}, and the service goes on with what
+// the server has. `pilotwire streams apply` changes it.
 type Streams struct {
 	// OnWait hears of each failed try (name of the stream or bucket, the
 	// error). The default marks the service not ready with the reason; a
@@ -27,6 +32,7 @@ type Streams struct {
 	js      jetstream.JetStream
 	log     *slog.Logger
 	retries *prometheus.CounterVec
+	drift   *prometheus.GaugeVec
 }
 
 // Backoff of the waits for a stream or bucket.
@@ -52,6 +58,10 @@ func NewStreams(d Deps) *Streams {
 		Name: "pilotwire_stream_ensure_retries_total",
 		Help: "Failed tries to open or create a stream or bucket at start (missing, or the NATS cluster electing), retried after a backoff.",
 	}, []string{"name"}))
+	s.drift = registerOnce(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "pilotwire_stream_drift",
+		Help: "1 for each field in which a stream or bucket on the server differs from this service's declaration (left unchanged; pilotwire streams apply changes it).",
+	}, []string{"name", "field"}))
 	return s
 }
 
@@ -63,18 +73,39 @@ func (s *Streams) Stream(ctx context.Context, cfg jetstream.StreamConfig) (jetst
 		st, err = bus.EnsureStream(ctx, s.js, cfg)
 		return err
 	})
-	return st, err
+	if err != nil {
+		return nil, err
+	}
+	s.report(cfg.Name, bus.StreamDrift(st.CachedInfo().Config, cfg))
+	return st, nil
 }
 
 // KV opens the bucket cfg declares, creating it when missing.
 func (s *Streams) KV(ctx context.Context, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
 	var kv jetstream.KeyValue
+	var have jetstream.KeyValueConfig
 	err := s.retry(ctx, cfg.Bucket, func() error {
 		var err error
 		kv, err = bus.EnsureKV(ctx, s.js, cfg)
+		if err != nil {
+			return err
+		}
+		have, err = bus.BucketConfig(ctx, kv)
 		return err
 	})
-	return kv, err
+	if err != nil {
+		return nil, err
+	}
+	s.report(cfg.Bucket, bus.BucketDrift(have, cfg))
+	return kv, nil
+}
+
+func (s *Streams) report(name string, drift []bus.Drift) {
+	for _, d := range drift {
+		s.drift.WithLabelValues(name, d.Field).Set(1)
+		s.log.Warn("stream config differs from its declaration; left unchanged (run pilotwire streams apply to change it)",
+			"name", name, "field", d.Field, "have", d.Have, "want", d.Want)
+	}
 }
 
 func (s *Streams) retry(ctx context.Context, name string, attempt func() error) error {

@@ -17,6 +17,10 @@ type Common struct {
 	// NATSURL is the NATS server to use (--nats-url, env PILOTWIRE_NATS_URL,
 	// default nats://127.0.0.1:4222).
 	NATSURL string
+	// Auth is how to authenticate to NATS and secure the connection
+	// (--nats-creds, --nats-nkey, --nats-user, --nats-password-file,
+	// --nats-ca, --nats-cert, --nats-key; see NATSAuth).
+	Auth NATSAuth
 	// Prefix is the subject prefix (--prefix, env PILOTWIRE_PREFIX, default pw).
 	Prefix string
 	// HTTPAddr serves /healthz, /readyz, /metrics (--http-addr, env
@@ -54,6 +58,7 @@ func DefaultCommon(httpAddr string) Common {
 // unless its environment variable is set.
 func (c *Common) AddFlags(fs *pflag.FlagSet, def Common) {
 	fs.StringVar(&c.NATSURL, "nats-url", EnvString("PILOTWIRE_NATS_URL", def.NATSURL), "NATS server URL (env PILOTWIRE_NATS_URL)")
+	c.Auth.AddFlags(fs)
 	fs.StringVar(&c.Prefix, "prefix", EnvString("PILOTWIRE_PREFIX", def.Prefix), "subject prefix shared by every service of one mesh (env PILOTWIRE_PREFIX)")
 	fs.StringVar(&c.HTTPAddr, "http-addr", EnvString("PILOTWIRE_HTTP_ADDR", def.HTTPAddr), "address for /healthz, /readyz and /metrics (env PILOTWIRE_HTTP_ADDR)")
 	fs.StringVar(&c.LogLevel, "log-level", EnvString("PILOTWIRE_LOG_LEVEL", def.LogLevel), "log level: debug, info, warn, error (env PILOTWIRE_LOG_LEVEL)")

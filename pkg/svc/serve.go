@@ -50,12 +50,12 @@ func Serve(ctx context.Context, c Common, component string, run func(ctx context
 		httpErr <- d.HTTP.Serve(ctx)
 	}()
 	defer wg.Wait()
-	log.Info("starting", "http", d.HTTP.Addr(), "nats", c.NATSURL, "prefix", c.Prefix)
+	log.Info("starting", "http", d.HTTP.Addr(), "nats", RedactURL(c.NATSURL), "prefix", c.Prefix)
 	connectErrors := prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "pilotwire_nats_connect_errors_total", Help: "Failed tries of the first NATS connect (retried every second).",
 	})
 	d.Reg.MustRegister(connectErrors)
-	nc, js, err := Connect(ctx, c.NATSURL, "pilotwire-"+component, log, connectErrors)
+	nc, js, err := Connect(ctx, c.NATSURL, "pilotwire-"+component, c.Auth, log, connectErrors)
 	if err != nil {
 		cancel()
 		return err

@@ -43,7 +43,8 @@ func newUpCmd() *cobra.Command {
 one ads frontend as separate processes on loopback. Ctrl-C stops everything.
 
 Each service serves /healthz, /readyz and /metrics: up itself on --http-addr,
-then ingest, debouncer, pusher and ads on the next four ports.`,
+then ingest, debouncer, pusher and ads on the next four ports; each
+service's /debug/* and pprof are on 127.0.0.1 at its port + 100.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			// With a cluster to watch, the example directory is only
@@ -117,7 +118,8 @@ func runUp(ctx context.Context, c upConfig) error {
 	}
 
 	common := func(i int) []string {
-		return []string{"--nats-url", ns.URL(), "--prefix", c.Prefix, "--http-addr", httpAddr(i), "--log-level", c.LogLevel}
+		return []string{"--nats-url", ns.URL(), "--prefix", c.Prefix, "--http-addr", httpAddr(i),
+			"--debug-addr", svc.DefaultDebugAddr(httpAddr(i)), "--log-level", c.LogLevel}
 	}
 	specs := []struct {
 		name string

@@ -57,7 +57,7 @@ func ptr(s string) *string { return &s }
 
 var commonEnv = []string{
 	"PILOTWIRE_NATS_URL", "PILOTWIRE_PREFIX", "PILOTWIRE_HTTP_ADDR", "PILOTWIRE_LOG_LEVEL",
-	"PILOTWIRE_LOG_FORMAT", "PILOTWIRE_REPLICAS", "ENABLE_PROFILING",
+	"PILOTWIRE_LOG_FORMAT", "PILOTWIRE_REPLICAS", "ENABLE_PROFILING", "PILOTWIRE_DEBUG_ADDR",
 }
 
 // TestCommonFlags checks the common flags' three layers: DefaultCommon,
@@ -71,7 +71,7 @@ func TestCommonFlags(t *testing.T) {
 	}{
 		{
 			name: "defaults",
-			want: svc.Common{NATSURL: "nats://127.0.0.1:4222", Prefix: "pw", HTTPAddr: "127.0.0.1:9999", LogLevel: "info", LogFormat: "text", Replicas: 1, Profiling: true},
+			want: svc.Common{NATSURL: "nats://127.0.0.1:4222", Prefix: "pw", HTTPAddr: "127.0.0.1:9999", DebugAddr: "127.0.0.1:10099", LogLevel: "info", LogFormat: "text", Replicas: 1, Profiling: true},
 		},
 		{
 			name: "environment",
@@ -79,18 +79,18 @@ func TestCommonFlags(t *testing.T) {
 				"PILOTWIRE_NATS_URL": "nats://nats:4222", "PILOTWIRE_PREFIX": "mesh1", "PILOTWIRE_HTTP_ADDR": ":9000",
 				"PILOTWIRE_LOG_LEVEL": "debug", "PILOTWIRE_LOG_FORMAT": "json", "PILOTWIRE_REPLICAS": "3", "ENABLE_PROFILING": "false",
 			},
-			want: svc.Common{NATSURL: "nats://nats:4222", Prefix: "mesh1", HTTPAddr: ":9000", LogLevel: "debug", LogFormat: "json", Replicas: 3, Profiling: false},
+			want: svc.Common{NATSURL: "nats://nats:4222", Prefix: "mesh1", HTTPAddr: ":9000", DebugAddr: "127.0.0.1:10099", LogLevel: "debug", LogFormat: "json", Replicas: 3, Profiling: false},
 		},
 		{
 			name: "flags over environment",
 			env:  map[string]string{"PILOTWIRE_PREFIX": "mesh1", "PILOTWIRE_REPLICAS": "3"},
 			args: []string{"--prefix", "mesh2", "--replicas=5", "--enable-profiling=false"},
-			want: svc.Common{NATSURL: "nats://127.0.0.1:4222", Prefix: "mesh2", HTTPAddr: "127.0.0.1:9999", LogLevel: "info", LogFormat: "text", Replicas: 5, Profiling: false},
+			want: svc.Common{NATSURL: "nats://127.0.0.1:4222", Prefix: "mesh2", HTTPAddr: "127.0.0.1:9999", DebugAddr: "127.0.0.1:10099", LogLevel: "info", LogFormat: "text", Replicas: 5, Profiling: false},
 		},
 		{
 			name: "invalid environment keeps the default",
 			env:  map[string]string{"PILOTWIRE_REPLICAS": "three", "ENABLE_PROFILING": "maybe"},
-			want: svc.Common{NATSURL: "nats://127.0.0.1:4222", Prefix: "pw", HTTPAddr: "127.0.0.1:9999", LogLevel: "info", LogFormat: "text", Replicas: 1, Profiling: true},
+			want: svc.Common{NATSURL: "nats://127.0.0.1:4222", Prefix: "pw", HTTPAddr: "127.0.0.1:9999", DebugAddr: "127.0.0.1:10099", LogLevel: "info", LogFormat: "text", Replicas: 1, Profiling: true},
 		},
 	}
 	for _, tc := range tests {

@@ -78,8 +78,8 @@ func Run(ctx context.Context, cfg Config, d svc.Deps) error {
 
 		meshConfig: meshCfg,
 	}
-	if d.HTTP != nil {
-		s.registerDebug(d.HTTP.Handle)
+	if d.Debug != nil {
+		s.registerDebug(d.Debug.Handle)
 	}
 	if cfg.RecordDeliveries {
 		s.recorder = &recorder{js: d.JS, names: names, log: log, metrics: m, maxPending: 4096}

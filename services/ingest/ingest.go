@@ -22,9 +22,9 @@ import (
 // what it sees, then follows changes. Health turns ready, and the log says
 // "ingest ready", once every source has: the file source its initial scan,
 // the Kubernetes source every cluster synced or past its sync timeout.
-// With d.HTTP set, /debug/clusterz lists the Kubernetes clusters and their
+// With d.Debug set, /debug/clusterz lists the Kubernetes clusters and their
 // sync state, as JSON. It returns nil when ctx ends. d.NC is not used;
-// d.Reg, d.Health and d.HTTP may be nil.
+// d.Reg, d.Health and d.Debug may be nil.
 func Run(ctx context.Context, cfg Config, d svc.Deps) error {
 	if err := cfg.Validate(); err != nil {
 		return err
@@ -152,8 +152,8 @@ func Run(ctx context.Context, cfg Config, d svc.Deps) error {
 		if err != nil {
 			return err
 		}
-		if d.HTTP != nil {
-			d.HTTP.Handle("/debug/clusterz", ks)
+		if d.Debug != nil {
+			d.Debug.Handle("/debug/clusterz", ks)
 		}
 		ready.set("kubernetes", "syncing Kubernetes clusters (see /debug/clusterz)")
 		sources = append(sources, func(ctx context.Context) error {

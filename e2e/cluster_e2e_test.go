@@ -30,18 +30,32 @@ type services struct {
 	regs    map[string]*prometheus.Registry
 	healths map[string]*svc.Health
 	errs    chan error
+	adsAddr chan string // the frontend's, once it listens
 }
 
-func startServices(t *testing.T, url, dir string, common svc.Common) *services {
+// users, when set, gives each service ("ingest", "debouncer", "pusher",
+// "ads") its NATS credentials.
+func startServices(t *testing.T, url, dir string, common svc.Common, users ...map[string]svc.NATSAuth) *services {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	s := &services{regs: map[string]*prometheus.Registry{}, healths: map[string]*svc.Health{}, errs: make(chan error, 4)}
+	s := &services{regs: map[string]*prometheus.Registry{}, healths: map[string]*svc.Health{}, errs: make(chan error, 4), adsAddr: make(chan string, 1)}
 	start := func(name string, run func(context.Context, svc.Deps) error) {
-		nc, js := natstest.Connect(t, url)
+		var auth svc.NATSAuth
+		if len(users) > 0 {
+			auth = users[0][name]
+		}
+		cctx, ccancel := context.WithTimeout(context.Background(), testutil.DefaultTimeout)
+		defer ccancel()
+		log := slog.New(slog.NewTextHandler(pipelinetest.TestWriter{T: t}, &slog.HandlerOptions{Level: slog.LevelDebug})).With("component", name)
+		nc, js, err := svc.Connect(cctx, url, name, auth, log, prometheus.NewCounter(prometheus.CounterOpts{Name: "c", Help: "c"}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
 		d := svc.Deps{
 			NC: nc, JS: js,
-			Log:    slog.New(slog.NewTextHandler(pipelinetest.TestWriter{T: t}, &slog.HandlerOptions{Level: slog.LevelDebug})).With("component", name),
+			Log:    log,
 			Reg:    prometheus.NewRegistry(),
 			Health: &svc.Health{},
 		}
@@ -63,10 +77,11 @@ func startServices(t *testing.T, url, dir string, common svc.Common) *services {
 		return debouncer.Run(ctx, debouncer.Config{Common: common, Debounce: cfg}, d)
 	})
 	start("pusher", func(ctx context.Context, d svc.Deps) error {
-		return pusher.Run(ctx, pusher.Config{Common: common}, d)
+		return pusher.Run(ctx, pusher.Config{Common: common, ID: "pusher-0"}, d)
 	})
 	start("ads", func(ctx context.Context, d svc.Deps) error {
-		return ads.Run(ctx, ads.Config{Common: common, ADSAddr: "127.0.0.1:0", FrontendID: "fe-0", MaxConnectionAge: time.Hour, RecordDeliveries: true}, d)
+		return ads.Run(ctx, ads.Config{Common: common, ADSAddr: "127.0.0.1:0", FrontendID: "ads-0", MaxConnectionAge: time.Hour, RecordDeliveries: true,
+			OnListen: func(a string) { s.adsAddr <- a }}, d)
 	})
 	t.Cleanup(func() {
 		cancel()

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
@@ -50,6 +51,7 @@ func TestNATSAuth(t *testing.T) {
 		o.TLS, o.TLSVerify, o.TLSConfig = true, true, cfg
 	})
 	nkeyServer := natstest.StartWith(t, func(o *server.Options) { o.Nkeys = []*server.NkeyUser{{Nkey: pub}} })
+	creds, jwtServer := operatorServer(t)
 	userServer := natstest.StartWith(t, func(o *server.Options) {
 		o.Users = []*server.User{{Username: "ingest", Password: "s3cr3t"}}
 	})
@@ -64,6 +66,8 @@ func TestNATSAuth(t *testing.T) {
 		{name: "tls with CA and client certificate", url: tlsServer, auth: svc.NATSAuth{CAFile: pki.CA, CertFile: pki.ClientCert, KeyFile: pki.ClientKey}, ok: true},
 		{name: "tls without client certificate", url: tlsServer, auth: svc.NATSAuth{CAFile: pki.CA}},
 		{name: "tls without CA", url: tlsServer, auth: svc.NATSAuth{CertFile: pki.ClientCert, KeyFile: pki.ClientKey}},
+		{name: "credentials file (JWT and nkey)", url: jwtServer, auth: svc.NATSAuth{CredsFile: creds}, ok: true},
+		{name: "no credentials file in operator mode", url: jwtServer},
 		{name: "nkey seed file", url: nkeyServer, auth: svc.NATSAuth{NKeyFile: writeFile(t, "user.nk", string(seed))}, ok: true},
 		{name: "unknown nkey", url: nkeyServer, auth: svc.NATSAuth{NKeyFile: writeFile(t, "other.nk", string(otherSeed))}},
 		{name: "password file", url: userServer, auth: svc.NATSAuth{User: "ingest", PasswordFile: writeFile(t, "pw", "s3cr3t\n")}, ok: true},
@@ -138,4 +142,55 @@ func TestRedactURL(t *testing.T) {
 			t.Errorf("RedactURL(%q) = %q, want %q", in, got, want)
 		}
 	}
+}
+
+// operatorServer runs a nats-server in operator (JWT) mode with one
+// account, JetStream enabled, and returns a credentials file of a user of
+// it, as nsc would write it.
+func operatorServer(t *testing.T) (creds, url string) {
+	t.Helper()
+	okp, _ := nkeys.CreateOperator()
+	opub, _ := okp.PublicKey()
+	oc := jwt.NewOperatorClaims(opub)
+	if _, err := oc.Encode(okp); err != nil {
+		t.Fatal(err)
+	}
+	akp, _ := nkeys.CreateAccount()
+	apub, _ := akp.PublicKey()
+	ac := jwt.NewAccountClaims(apub)
+	ac.Limits.JetStreamLimits = jwt.JetStreamLimits{DiskStorage: -1, MemoryStorage: -1, Streams: -1, Consumer: -1}
+	ajwt, err := ac.Encode(okp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ukp, _ := nkeys.CreateUser()
+	upub, _ := ukp.PublicKey()
+	ujwt, err := jwt.NewUserClaims(upub).Encode(akp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	useed, _ := ukp.Seed()
+	b, err := jwt.FormatUserConfig(ujwt, useed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	creds = writeFile(t, "user.creds", string(b))
+	skp, _ := nkeys.CreateAccount()
+	spub, _ := skp.PublicKey()
+	sjwt, err := jwt.NewAccountClaims(spub).Encode(okp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resolver := &server.MemAccResolver{}
+	for pub, claims := range map[string]string{apub: ajwt, spub: sjwt} {
+		if err := resolver.Store(pub, claims); err != nil {
+			t.Fatal(err)
+		}
+	}
+	url = natstest.StartWith(t, func(o *server.Options) {
+		o.TrustedOperators = []*jwt.OperatorClaims{oc}
+		o.AccountResolver = resolver
+		o.SystemAccount = spub
+	})
+	return creds, url
 }

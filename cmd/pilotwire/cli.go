@@ -21,12 +21,16 @@ import (
 
 // connConfig is what every debugging command shares: the NATS connection
 // (the same flags and environment variables as the services: --nats-url /
-// PILOTWIRE_NATS_URL, --prefix / PILOTWIRE_PREFIX; the services have no auth
-// flags, so neither has the CLI), how long to wait, and the output format.
+// PILOTWIRE_NATS_URL, --prefix / PILOTWIRE_PREFIX, and svc.NATSAuth's
+// credential and TLS flags), how long to wait, and the output format.
 type connConfig struct {
 	// NATSURL is the NATS server (--nats-url, env PILOTWIRE_NATS_URL,
 	// default nats://127.0.0.1:4222).
 	NATSURL string
+	// Auth is the credentials and TLS (--nats-creds, --nats-nkey,
+	// --nats-user, --nats-password-file, --nats-ca, --nats-cert,
+	// --nats-key; the services' flags and env vars).
+	Auth svc.NATSAuth
 	// Prefix is the mesh's subject prefix (--prefix, env PILOTWIRE_PREFIX,
 	// default pw).
 	Prefix string
@@ -41,6 +45,7 @@ func addConnFlags(cmd *cobra.Command, c *connConfig) {
 	def := svc.DefaultCommon("")
 	fs := cmd.Flags()
 	fs.StringVar(&c.NATSURL, "nats-url", svc.EnvString("PILOTWIRE_NATS_URL", def.NATSURL), "NATS server URL (env PILOTWIRE_NATS_URL)")
+	c.Auth.AddFlags(fs)
 	fs.StringVar(&c.Prefix, "prefix", svc.EnvString("PILOTWIRE_PREFIX", def.Prefix), "subject prefix of the mesh (env PILOTWIRE_PREFIX)")
 	fs.DurationVar(&c.Timeout, "timeout", svc.EnvDuration("PILOTWIRE_TIMEOUT", 30*time.Second), "give up after this long (env PILOTWIRE_TIMEOUT)")
 	fs.StringVarP(&c.Output, "output", "o", "table", "output format: table, json or yaml")
@@ -63,14 +68,18 @@ func (c connConfig) connect() (*session, error) {
 	if err != nil {
 		return nil, err
 	}
-	nc, err := nats.Connect(c.NATSURL, nats.Name("pilotwire-cli"))
+	opts, err := c.Auth.Options()
 	if err != nil {
-		return nil, fmt.Errorf("connect %s: %w", c.NATSURL, err)
+		return nil, err
+	}
+	nc, err := nats.Connect(c.NATSURL, append(opts, nats.Name("pilotwire-cli"))...)
+	if err != nil {
+		return nil, fmt.Errorf("connect %s: %w", svc.RedactURL(c.NATSURL), err)
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
 		nc.Close()
-		return nil, fmt.Errorf("jetstream on %s: %w", c.NATSURL, err)
+		return nil, fmt.Errorf("jetstream on %s: %w", svc.RedactURL(c.NATSURL), err)
 	}
 	return &session{nc: nc, js: js, names: names}, nil
 }

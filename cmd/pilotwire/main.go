@@ -19,6 +19,6 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newUpCmd(), newHistoryCmd(), newRenderCmd(), newDiffCmd(), newTraceCmd(), newStatusCmd(), newProxyConfigCmd(), newReplayCmd())
+	root.AddCommand(newUpCmd(), newHistoryCmd(), newRenderCmd(), newDiffCmd(), newTraceCmd(), newStatusCmd(), newProxyConfigCmd(), newReplayCmd(), newStreamsCmd())
 	svc.Main(root)
 }

@@ -48,7 +48,8 @@ func newUpCmd() *cobra.Command {
 one ads frontend as separate processes on loopback. Ctrl-C stops everything.
 
 Each service serves /healthz, /readyz and /metrics: up itself on --http-addr,
-then ingest, debouncer, pusher and ads on the next four ports.`,
+then ingest, debouncer, pusher and ads on the next four ports; each
+service's /debug/* and pprof are on 127.0.0.1 at its port + 100.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			// With a cluster to watch, the example directory is only
@@ -115,6 +116,11 @@ func runUp(ctx context.Context, c upConfig) error {
 	}
 	defer ns.Shutdown()
 	fmt.Printf("nats      ready  %s (JetStream in %s)\n", ns.URL(), filepath.Join(c.DataDir, "jetstream"))
+	// up owns its NATS: it makes the streams as declared (a data dir of an
+	// older version included) before the services check them.
+	if err := upStreams(ctx, ns.URL(), c.Prefix, log); err != nil {
+		return err
+	}
 	if c.beforeServices != nil {
 		if err := c.beforeServices(ctx, ns.URL()); err != nil {
 			return err
@@ -122,7 +128,8 @@ func runUp(ctx context.Context, c upConfig) error {
 	}
 
 	common := func(i int) []string {
-		return []string{"--nats-url", ns.URL(), "--prefix", c.Prefix, "--http-addr", httpAddr(i), "--log-level", c.LogLevel}
+		return []string{"--nats-url", ns.URL(), "--prefix", c.Prefix, "--http-addr", httpAddr(i),
+			"--debug-addr", svc.DefaultDebugAddr(httpAddr(i)), "--log-level", c.LogLevel}
 	}
 	specs := []struct {
 		name string
@@ -259,4 +266,24 @@ func watching(c upConfig) string {
 		return "the cluster of " + c.Kubeconfig
 	}
 	return c.ConfigDir
+}
+
+// upStreams applies every declared stream and bucket of the mesh to the
+// embedded server, logging what it created or changed.
+func upStreams(ctx context.Context, url, prefix string, log *slog.Logger) error {
+	ctx, s, done, err := connConfig{NATSURL: url, Prefix: prefix, Timeout: 30 * time.Second}.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
+	statuses, err := applyStreams(ctx, s, 0, true)
+	if err != nil {
+		return err
+	}
+	for _, st := range statuses {
+		if !st.OK() {
+			log.Info("stream applied", "kind", st.Kind, "name", st.Name, "created", st.Missing, "changed", fmt.Sprint(st.Drift))
+		}
+	}
+	return nil
 }

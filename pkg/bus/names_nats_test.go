@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/pilotwire/pilotwire/internal/testkit/natstest"
@@ -109,12 +110,13 @@ func TestRemovedKeysLeaveNothingBehind(t *testing.T) {
 	}
 }
 
-// TestEnsureLeavesUnchangedStreamsAlone: ensuring a stream or bucket that
-// already has the wanted config sends no update. Every service ensures
-// them at start; a needless update races in the server with consumers
-// being created (nats-server's filestore, caught by -race), and costs a
-// stream reconfiguration on a cluster at every restart.
-func TestEnsureLeavesUnchangedStreamsAlone(t *testing.T) {
+// TestEnsureNeverChangesStreams: ensuring a stream or bucket that exists
+// sends no update, even when its config differs: every service ensures
+// them at start, and one service started with other options (one replica
+// on a 3-node cluster) must not reconfigure the mesh's streams. Only Apply
+// changes them, and reports what it changed; Check reports and changes
+// nothing.
+func TestEnsureNeverChangesStreams(t *testing.T) {
 	ctx, js, n, _ := registry(t)
 	nc := js.Conn()
 	updates, err := nc.SubscribeSync("$JS.EVENT.ADVISORY.STREAM.UPDATED.>")
@@ -132,18 +134,55 @@ func TestEnsureLeavesUnchangedStreamsAlone(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// A changed config is still applied.
-	if _, err := bus.EnsureStream(ctx, js, n.ChangesConfig(bus.StreamOptions{DuplicateWindow: time.Minute})); err != nil {
+	changed := n.ChangesConfig(bus.StreamOptions{DuplicateWindow: time.Minute})
+	s, err := bus.EnsureStream(ctx, js, changed)
+	if err != nil {
 		t.Fatal(err)
+	}
+	want := []bus.Drift{{Field: "duplicate_window", Have: "2m0s", Want: "1m0s"}}
+	if diff := cmp.Diff(want, bus.StreamDrift(s.CachedInfo().Config, changed)); diff != "" {
+		t.Errorf("drift (-want +got):\n%s", diff)
+	}
+	if m, err := updates.NextMsg(testutil.ShortTimeout); err == nil {
+		t.Errorf("ensure sent an update: advisory %s", m.Subject)
+	}
+
+	decl := bus.Declared{Streams: []jetstream.StreamConfig{changed}, Buckets: []jetstream.KeyValueConfig{n.RegistryConfig(bus.StreamOptions{})}}
+	check, err := decl.Check(ctx, js, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantCheck := []bus.Status{{Name: n.ChangesStream(), Kind: "stream", Drift: want}, {Name: n.RegistryBucket(), Kind: "bucket"}}
+	if diff := cmp.Diff(wantCheck, check); diff != "" {
+		t.Errorf("check (-want +got):\n%s", diff)
+	}
+	if m, err := updates.NextMsg(testutil.ShortTimeout); err == nil {
+		t.Errorf("check sent an update: advisory %s", m.Subject)
+	}
+	applied, err := decl.Apply(ctx, js, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(wantCheck, applied); diff != "" {
+		t.Errorf("apply (-want +got):\n%s", diff)
 	}
 	m, err := updates.NextMsg(testutil.DefaultTimeout)
 	if err != nil {
-		t.Fatalf("no update advisory for a changed config: %v", err)
+		t.Fatalf("no update advisory from apply: %v", err)
 	}
 	if !strings.HasSuffix(m.Subject, "."+n.ChangesStream()) {
-		t.Errorf("first update advisory %s, want only the changed %s", m.Subject, n.ChangesStream())
+		t.Errorf("update advisory %s, want only the changed %s", m.Subject, n.ChangesStream())
 	}
 	if m, err := updates.NextMsg(testutil.ShortTimeout); err == nil {
 		t.Errorf("unexpected update advisory %s", m.Subject)
+	}
+	after, err := decl.Check(ctx, js, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range after {
+		if !st.OK() {
+			t.Errorf("after apply: %+v, want as declared", st)
+		}
 	}
 }

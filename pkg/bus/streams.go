@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"reflect"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -157,54 +156,6 @@ func RemoveKey(ctx context.Context, kv jetstream.KeyValue, key string, ttl time.
 		return fmt.Errorf("remove key %s: %w", key, err)
 	}
 	return nil
-}
-
-// EnsureStream creates a stream, or updates it when its config lacks what
-// cfg sets. A stream that already has it is left alone: every instance
-// ensures its streams at start, and a needless update reconfigures the
-// stream (on a cluster, through its leader) and races in the server with
-// consumers being created.
-func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
-	if s, err := js.Stream(ctx, cfg.Name); err == nil && covers(s.CachedInfo().Config, cfg) {
-		return s, nil
-	}
-	s, err := js.CreateOrUpdateStream(ctx, cfg)
-	if err != nil {
-		return nil, fmt.Errorf("ensure stream %s: %w", cfg.Name, err)
-	}
-	return s, nil
-}
-
-// EnsureKV creates a KV bucket, or updates it when its config lacks what
-// cfg sets (see EnsureStream).
-func EnsureKV(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
-	if kv, err := js.KeyValue(ctx, cfg.Bucket); err == nil {
-		if st, err := kv.Status(ctx); err == nil {
-			if bs, ok := st.(*jetstream.KeyValueBucketStatus); ok && covers(bs.Config(), cfg) {
-				return kv, nil
-			}
-		}
-	}
-	kv, err := js.CreateOrUpdateKeyValue(ctx, cfg)
-	if err != nil {
-		return nil, fmt.Errorf("ensure bucket %s: %w", cfg.Bucket, err)
-	}
-	return kv, nil
-}
-
-// covers reports whether every field that want sets (non-zero) has the
-// same value in have. Fields want leaves zero are the server's to default.
-func covers[T any](have, want T) bool {
-	h, w := reflect.ValueOf(have), reflect.ValueOf(want)
-	for i := range w.NumField() {
-		if !w.Type().Field(i).IsExported() {
-			continue
-		}
-		if f := w.Field(i); !f.IsZero() && !reflect.DeepEqual(f.Interface(), h.Field(i).Interface()) {
-			return false
-		}
-	}
-	return true
 }
 
 // LastMsg returns the last message on a stream subject, or nil when the

@@ -2,6 +2,7 @@ package svc
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"strconv"
 	"strings"
@@ -17,11 +18,22 @@ type Common struct {
 	// NATSURL is the NATS server to use (--nats-url, env PILOTWIRE_NATS_URL,
 	// default nats://127.0.0.1:4222).
 	NATSURL string
+	// Auth is how to authenticate to NATS and secure the connection
+	// (--nats-creds, --nats-nkey, --nats-user, --nats-password-file,
+	// --nats-ca, --nats-cert, --nats-key; see NATSAuth).
+	Auth NATSAuth
 	// Prefix is the subject prefix (--prefix, env PILOTWIRE_PREFIX, default pw).
 	Prefix string
 	// HTTPAddr serves /healthz, /readyz, /metrics (--http-addr, env
 	// PILOTWIRE_HTTP_ADDR; each service has its own default).
 	HTTPAddr string
+	// DebugAddr serves /debug/* (config dumps, sync state) and pprof, on a
+	// listener of their own so that the metrics port can be exposed
+	// without them (--debug-addr, env PILOTWIRE_DEBUG_ADDR; default
+	// loopback, 127.0.0.1 on the HTTP port + 100, so 127.0.0.1:9192 for
+	// the debouncer; "" turns it off). They show the whole mesh config:
+	// bind it beyond loopback only behind an authenticating proxy.
+	DebugAddr string
 	// LogLevel is debug, info, warn or error (--log-level, env
 	// PILOTWIRE_LOG_LEVEL, default info).
 	LogLevel string
@@ -31,7 +43,7 @@ type Common struct {
 	// Replicas for streams and buckets this service creates (--replicas, env
 	// PILOTWIRE_REPLICAS, default 1; use 3 on a NATS cluster).
 	Replicas int
-	// Profiling serves pprof on the HTTP address (--enable-profiling, env
+	// Profiling serves pprof on the debug address (--enable-profiling, env
 	// ENABLE_PROFILING as Istio, default true).
 	Profiling bool
 
@@ -62,6 +74,7 @@ func DefaultCommon(httpAddr string) Common {
 		NATSURL:   "nats://127.0.0.1:4222",
 		Prefix:    bus.DefaultPrefix,
 		HTTPAddr:  httpAddr,
+		DebugAddr: DefaultDebugAddr(httpAddr),
 		LogLevel:  "info",
 		LogFormat: "text",
 		Replicas:  1,
@@ -72,15 +85,34 @@ func DefaultCommon(httpAddr string) Common {
 	}
 }
 
+// DefaultDebugAddr is the debug address that goes with an HTTP address:
+// always on loopback, on its port + 100 (port 0 stays 0: any free port).
+func DefaultDebugAddr(httpAddr string) string {
+	_, port, err := net.SplitHostPort(httpAddr)
+	if err != nil {
+		return ""
+	}
+	n, err := strconv.Atoi(port)
+	if err != nil {
+		return ""
+	}
+	if n != 0 {
+		n += 100
+	}
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(n))
+}
+
 // AddFlags registers the common flags on fs, each defaulting to def's value
 // unless its environment variable is set.
 func (c *Common) AddFlags(fs *pflag.FlagSet, def Common) {
 	fs.StringVar(&c.NATSURL, "nats-url", EnvString("PILOTWIRE_NATS_URL", def.NATSURL), "NATS server URL (env PILOTWIRE_NATS_URL)")
+	c.Auth.AddFlags(fs)
 	fs.StringVar(&c.Prefix, "prefix", EnvString("PILOTWIRE_PREFIX", def.Prefix), "subject prefix shared by every service of one mesh (env PILOTWIRE_PREFIX)")
 	fs.StringVar(&c.HTTPAddr, "http-addr", EnvString("PILOTWIRE_HTTP_ADDR", def.HTTPAddr), "address for /healthz, /readyz and /metrics (env PILOTWIRE_HTTP_ADDR)")
+	fs.StringVar(&c.DebugAddr, "debug-addr", EnvString("PILOTWIRE_DEBUG_ADDR", def.DebugAddr), `address for /debug/* and pprof, loopback by default; "" turns it off (env PILOTWIRE_DEBUG_ADDR)`)
 	fs.StringVar(&c.LogLevel, "log-level", EnvString("PILOTWIRE_LOG_LEVEL", def.LogLevel), "log level: debug, info, warn, error (env PILOTWIRE_LOG_LEVEL)")
 	fs.StringVar(&c.LogFormat, "log-format", EnvString("PILOTWIRE_LOG_FORMAT", def.LogFormat), "log format: text or json (env PILOTWIRE_LOG_FORMAT)")
-	fs.BoolVar(&c.Profiling, "enable-profiling", EnvBool("ENABLE_PROFILING", def.Profiling), "serve Go profiles on /debug/pprof/ of --http-addr (env ENABLE_PROFILING)")
+	fs.BoolVar(&c.Profiling, "enable-profiling", EnvBool("ENABLE_PROFILING", def.Profiling), "serve Go profiles on /debug/pprof/ of --debug-addr (env ENABLE_PROFILING)")
 	fs.IntVar(&c.Replicas, "replicas", EnvInt("PILOTWIRE_REPLICAS", def.Replicas), "replicas of the streams and buckets this service creates (env PILOTWIRE_REPLICAS)")
 	fs.DurationVar(&c.ChangesMaxAge, "changes-max-age", EnvDuration("PILOTWIRE_CHANGES_MAX_AGE", def.ChangesMaxAge), "hard age limit of the change stream; 0: none. Drops live objects' only records too: a disk guard, not retention (the snapshotter compacts) (env PILOTWIRE_CHANGES_MAX_AGE)")
 	fs.Int64Var(&c.ChangesMaxBytes, "changes-max-bytes", int64(EnvInt("PILOTWIRE_CHANGES_MAX_BYTES", int(def.ChangesMaxBytes))), "hard size limit of the change stream in bytes; 0: none (a disk guard, see --changes-max-age) (env PILOTWIRE_CHANGES_MAX_BYTES)")

@@ -57,7 +57,7 @@ func ptr(s string) *string { return &s }
 
 var commonEnv = []string{
 	"PILOTWIRE_NATS_URL", "PILOTWIRE_PREFIX", "PILOTWIRE_HTTP_ADDR", "PILOTWIRE_LOG_LEVEL",
-	"PILOTWIRE_LOG_FORMAT", "PILOTWIRE_REPLICAS", "ENABLE_PROFILING",
+	"PILOTWIRE_LOG_FORMAT", "PILOTWIRE_REPLICAS", "ENABLE_PROFILING", "PILOTWIRE_DEBUG_ADDR",
 	"PILOTWIRE_CHANGES_MAX_AGE", "PILOTWIRE_CHANGES_MAX_BYTES", "PILOTWIRE_DELIVERIES_MAX_AGE", "PILOTWIRE_DELIVERIES_MAX_BYTES",
 }
 
@@ -72,7 +72,7 @@ func TestCommonFlags(t *testing.T) {
 	}{
 		{
 			name: "defaults",
-			want: svc.Common{NATSURL: "nats://127.0.0.1:4222", Prefix: "pw", HTTPAddr: "127.0.0.1:9999", LogLevel: "info", LogFormat: "text", Replicas: 1, Profiling: true, DeliveriesMaxAge: 24 * time.Hour, DeliveriesMaxBytes: 1 << 30},
+			want: svc.Common{NATSURL: "nats://127.0.0.1:4222", Prefix: "pw", HTTPAddr: "127.0.0.1:9999", DebugAddr: "127.0.0.1:10099", LogLevel: "info", LogFormat: "text", Replicas: 1, Profiling: true, DeliveriesMaxAge: 24 * time.Hour, DeliveriesMaxBytes: 1 << 30},
 		},
 		{
 			name: "environment",
@@ -83,7 +83,7 @@ func TestCommonFlags(t *testing.T) {
 				"PILOTWIRE_DELIVERIES_MAX_AGE": "1h", "PILOTWIRE_DELIVERIES_MAX_BYTES": "-1",
 			},
 			want: svc.Common{
-				NATSURL: "nats://nats:4222", Prefix: "mesh1", HTTPAddr: ":9000", LogLevel: "debug", LogFormat: "json", Replicas: 3, Profiling: false,
+				NATSURL: "nats://nats:4222", Prefix: "mesh1", HTTPAddr: ":9000", DebugAddr: "127.0.0.1:10099", LogLevel: "debug", LogFormat: "json", Replicas: 3, Profiling: false,
 				ChangesMaxAge: 720 * time.Hour, ChangesMaxBytes: 8 << 30, DeliveriesMaxAge: time.Hour, DeliveriesMaxBytes: -1,
 			},
 		},
@@ -91,12 +91,12 @@ func TestCommonFlags(t *testing.T) {
 			name: "flags over environment",
 			env:  map[string]string{"PILOTWIRE_PREFIX": "mesh1", "PILOTWIRE_REPLICAS": "3"},
 			args: []string{"--prefix", "mesh2", "--replicas=5", "--enable-profiling=false"},
-			want: svc.Common{NATSURL: "nats://127.0.0.1:4222", Prefix: "mesh2", HTTPAddr: "127.0.0.1:9999", LogLevel: "info", LogFormat: "text", Replicas: 5, Profiling: false, DeliveriesMaxAge: 24 * time.Hour, DeliveriesMaxBytes: 1 << 30},
+			want: svc.Common{NATSURL: "nats://127.0.0.1:4222", Prefix: "mesh2", HTTPAddr: "127.0.0.1:9999", DebugAddr: "127.0.0.1:10099", LogLevel: "info", LogFormat: "text", Replicas: 5, Profiling: false, DeliveriesMaxAge: 24 * time.Hour, DeliveriesMaxBytes: 1 << 30},
 		},
 		{
 			name: "invalid environment keeps the default",
 			env:  map[string]string{"PILOTWIRE_REPLICAS": "three", "ENABLE_PROFILING": "maybe"},
-			want: svc.Common{NATSURL: "nats://127.0.0.1:4222", Prefix: "pw", HTTPAddr: "127.0.0.1:9999", LogLevel: "info", LogFormat: "text", Replicas: 1, Profiling: true, DeliveriesMaxAge: 24 * time.Hour, DeliveriesMaxBytes: 1 << 30},
+			want: svc.Common{NATSURL: "nats://127.0.0.1:4222", Prefix: "pw", HTTPAddr: "127.0.0.1:9999", DebugAddr: "127.0.0.1:10099", LogLevel: "info", LogFormat: "text", Replicas: 1, Profiling: true, DeliveriesMaxAge: 24 * time.Hour, DeliveriesMaxBytes: 1 << 30},
 		},
 	}
 	for _, tc := range tests {

@@ -42,7 +42,8 @@ func (h *Health) SetNotReady(reason string) {
 // Ready reports readiness.
 func (h *Health) Ready() bool { return h.ready.Load() }
 
-// HTTPServer serves /healthz, /readyz, /metrics and any extra handlers.
+// HTTPServer serves handlers on one listener: the health and metrics
+// server (NewHTTPServer) or the debug server (NewDebugServer).
 type HTTPServer struct {
 	// set at construction
 	mux    *http.ServeMux
@@ -53,7 +54,14 @@ type HTTPServer struct {
 	lis net.Listener
 }
 
-// NewHTTPServer builds the server; it listens only in Listen.
+// NewDebugServer builds a server with no handlers, for /debug/* and pprof
+// on their own address; it listens only in Listen.
+func NewDebugServer(addr string, log *slog.Logger) *HTTPServer {
+	return &HTTPServer{mux: http.NewServeMux(), addr: addr, log: log}
+}
+
+// NewHTTPServer builds the server of /healthz, /readyz and /metrics; it
+// listens only in Listen.
 func NewHTTPServer(addr string, reg *prometheus.Registry, health *Health, log *slog.Logger) *HTTPServer {
 	s := &HTTPServer{mux: http.NewServeMux(), addr: addr, log: log, health: health}
 	s.mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -95,6 +103,13 @@ func (s *HTTPServer) Listen() error {
 	}
 	s.lis = lis
 	return nil
+}
+
+// Close releases the bound address of a server that will not Serve.
+func (s *HTTPServer) Close() {
+	if s.lis != nil {
+		_ = s.lis.Close()
+	}
 }
 
 // Addr is the bound address (after Listen).

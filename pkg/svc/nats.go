@@ -11,11 +11,18 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Connect opens a NATS connection that reconnects forever and logs every
+// Connect opens a NATS connection to url (a comma-separated server list)
+// with auth's credentials and TLS, that reconnects forever and logs every
 // disconnect and reconnect, and returns it with a JetStream context. The
 // first connect is retried every second until ctx ends; failures counts
-// each failed try.
-func Connect(ctx context.Context, url, name string, log *slog.Logger, failures prometheus.Counter) (*nats.Conn, jetstream.JetStream, error) {
+// each failed try. Logs and errors name the URL with its credentials
+// redacted.
+func Connect(ctx context.Context, url, name string, auth NATSAuth, log *slog.Logger, failures prometheus.Counter) (*nats.Conn, jetstream.JetStream, error) {
+	authOpts, err := auth.Options()
+	if err != nil {
+		return nil, nil, err
+	}
+	shown := RedactURL(url)
 	opts := []nats.Option{
 		nats.Name(name),
 		nats.MaxReconnects(-1),
@@ -37,23 +44,24 @@ func Connect(ctx context.Context, url, name string, log *slog.Logger, failures p
 			log.Error("nats async error", "subject", subj, "err", err)
 		}),
 	}
+	opts = append(opts, authOpts...)
 	// Retry the first connect until ctx ends: services may start before NATS.
 	var nc *nats.Conn
 	var lastErr error
-	err := Retry(ctx, RetryOptions{
+	err = Retry(ctx, RetryOptions{
 		First: time.Second, Max: time.Second,
-		Log: log, Msg: "nats connect failed, retrying", Attrs: []any{"url", url}, Failures: failures,
+		Log: log, Msg: "nats connect failed, retrying", Attrs: []any{"url", shown}, Failures: failures,
 	}, func() error {
 		nc, lastErr = nats.Connect(url, opts...)
 		return lastErr
 	})
 	if err != nil { // ctx ended: report why the last try failed
-		return nil, nil, fmt.Errorf("connect %s: %w", url, lastErr)
+		return nil, nil, fmt.Errorf("connect %s: %w", shown, lastErr)
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
 		nc.Close()
-		return nil, nil, fmt.Errorf("jetstream on %s: %w", url, err)
+		return nil, nil, fmt.Errorf("jetstream on %s: %w", shown, err)
 	}
 	return nc, js, nil
 }

@@ -19,9 +19,12 @@ type Deps struct {
 	Log    *slog.Logger
 	Reg    *prometheus.Registry
 	Health *Health
-	// HTTP takes extra handlers (debug endpoints); it already serves
-	// /healthz, /readyz and /metrics.
+	// HTTP serves /healthz, /readyz and /metrics (--http-addr).
 	HTTP *HTTPServer
+	// Debug takes the debug endpoints (/debug/*) and serves pprof when
+	// profiling is on (--debug-addr, loopback by default). Nil when the
+	// debug listener is off (--debug-addr "").
+	Debug *HTTPServer
 }
 
 // Serve is the shell of a service binary: logger, metrics registry, HTTP
@@ -33,29 +36,42 @@ func Serve(ctx context.Context, c Common, component string, run func(ctx context
 	}
 	d := Deps{Log: log, Reg: NewRegistry(), Health: &Health{}}
 	d.HTTP = NewHTTPServer(c.HTTPAddr, d.Reg, d.Health, log)
-	if c.Profiling {
-		d.HTTP.EnableProfiling()
-	}
 	if err := d.HTTP.Listen(); err != nil {
 		return err
+	}
+	servers := []*HTTPServer{d.HTTP}
+	debugAddr := "off"
+	if c.DebugAddr != "" {
+		d.Debug = NewDebugServer(c.DebugAddr, log)
+		if c.Profiling {
+			d.Debug.EnableProfiling()
+		}
+		if err := d.Debug.Listen(); err != nil {
+			d.HTTP.Close()
+			return err
+		}
+		servers = append(servers, d.Debug)
+		debugAddr = d.Debug.Addr()
 	}
 	parent := ctx
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
-	httpErr := make(chan error, 1)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		httpErr <- d.HTTP.Serve(ctx)
-	}()
+	httpErr := make(chan error, len(servers))
+	for _, hs := range servers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			httpErr <- hs.Serve(ctx)
+		}()
+	}
 	defer wg.Wait()
-	log.Info("starting", "http", d.HTTP.Addr(), "nats", c.NATSURL, "prefix", c.Prefix)
+	log.Info("starting", "http", d.HTTP.Addr(), "debug", debugAddr, "nats", RedactURL(c.NATSURL), "prefix", c.Prefix)
 	connectErrors := prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "pilotwire_nats_connect_errors_total", Help: "Failed tries of the first NATS connect (retried every second).",
 	})
 	d.Reg.MustRegister(connectErrors)
-	nc, js, err := Connect(ctx, c.NATSURL, "pilotwire-"+component, log, connectErrors)
+	nc, js, err := Connect(ctx, c.NATSURL, "pilotwire-"+component, c.Auth, log, connectErrors)
 	if err != nil {
 		cancel()
 		return err

@@ -141,3 +141,51 @@ func TestServeRejectsBadLogConfig(t *testing.T) {
 		}
 	}
 }
+
+// TestDebugNotOnMetricsPort: pprof (and every /debug handler) is served on
+// its own listener, not on the health and metrics address.
+func TestDebugNotOnMetricsPort(t *testing.T) {
+	url := natstest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.DefaultTimeout)
+	defer cancel()
+	c := testCommon(url)
+	c.Profiling = true
+	c.DebugAddr = svc.DefaultDebugAddr(c.HTTPAddr)
+	err := svc.Serve(ctx, c, "test", func(ctx context.Context, d svc.Deps) error {
+		d.Debug.Handle("/debug/syncz", http.NotFoundHandler())
+		if code, _ := get(t, d.HTTP.Addr(), "/debug/pprof/"); code != http.StatusNotFound {
+			t.Errorf("/debug/pprof/ on the metrics address = %d, want 404", code)
+		}
+		if code, _ := get(t, d.Debug.Addr(), "/debug/pprof/"); code != http.StatusOK {
+			t.Errorf("/debug/pprof/ on the debug address = %d, want 200", code)
+		}
+		for _, path := range []string{"/metrics", "/healthz"} {
+			if code, _ := get(t, d.Debug.Addr(), path); code != http.StatusNotFound {
+				t.Errorf("%s on the debug address = %d, want 404 (on the HTTP address only)", path, code)
+			}
+		}
+		if host, _, _ := net.SplitHostPort(d.Debug.Addr()); host != "127.0.0.1" {
+			t.Errorf("debug listener on %s, want loopback", d.Debug.Addr())
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestDebugAddrDefaultsToLoopback: whatever the HTTP address (all
+// interfaces, say, for Prometheus), the debug listener's default is
+// 127.0.0.1, for every service's default.
+func TestDebugAddrDefaultsToLoopback(t *testing.T) {
+	for http, want := range map[string]string{
+		":9092":          "127.0.0.1:9192",
+		"0.0.0.0:9093":   "127.0.0.1:9193",
+		"127.0.0.1:9091": "127.0.0.1:9191",
+		"127.0.0.1:0":    "127.0.0.1:0",
+	} {
+		if got := svc.DefaultCommon(http).DebugAddr; got != want {
+			t.Errorf("DefaultCommon(%q).DebugAddr = %q, want %q", http, got, want)
+		}
+	}
+}

@@ -101,7 +101,7 @@ func runFrontend(t testing.TB, url, id string, tune func(*Config)) *frontend {
 	errc := make(chan error, 2)
 	go func() { errc <- hs.Serve(ctx) }()
 	go func() {
-		errc <- Run(ctx, cfg, svc.Deps{NC: nc, JS: js, Log: slog.New(slog.DiscardHandler), Reg: f.reg, Health: health, HTTP: hs})
+		errc <- Run(ctx, cfg, svc.Deps{NC: nc, JS: js, Log: slog.New(slog.DiscardHandler), Reg: f.reg, Health: health, HTTP: hs, Debug: hs})
 	}()
 	f.stop = cancel
 	t.Cleanup(func() {

@@ -18,7 +18,6 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/pilotwire/pilotwire/pkg/bus"
 	"github.com/pilotwire/pilotwire/pkg/meshconfig"
 	"github.com/pilotwire/pilotwire/pkg/model"
 	"github.com/pilotwire/pilotwire/pkg/svc"
@@ -48,15 +47,16 @@ func Run(ctx context.Context, cfg Config, d svc.Deps) error {
 	cfg = cfg.withDefaults()
 	log := d.Log.With("frontend", cfg.FrontendID)
 	opts := cfg.StreamOptions()
-	if _, err := bus.EnsureStream(ctx, d.JS, names.ChangesConfig(opts)); err != nil {
+	streams := svc.NewStreams(d)
+	if _, err := streams.Stream(ctx, names.ChangesConfig(opts)); err != nil {
 		return err
 	}
 	if cfg.RecordDeliveries {
-		if _, err := bus.EnsureStream(ctx, d.JS, names.DeliveriesConfig(opts)); err != nil {
+		if _, err := streams.Stream(ctx, names.DeliveriesConfig(opts)); err != nil {
 			return err
 		}
 	}
-	kv, err := bus.EnsureKV(ctx, d.JS, names.RegistryConfig(opts))
+	kv, err := streams.KV(ctx, names.RegistryConfig(opts))
 	if err != nil {
 		return err
 	}
@@ -89,8 +89,8 @@ func Run(ctx context.Context, cfg Config, d svc.Deps) error {
 			sendTimeout:  cfg.SendTimeout,
 		},
 	}
-	if d.HTTP != nil {
-		s.registerDebug(d.HTTP.Handle)
+	if d.Debug != nil {
+		s.registerDebug(d.Debug.Handle)
 	}
 	if cfg.RecordDeliveries {
 		s.recorder = &recorder{js: d.JS, names: names, log: log, metrics: m, maxPending: 4096}

@@ -37,15 +37,16 @@ func Run(ctx context.Context, cfg Config, d svc.Deps) error {
 	}
 	m := newMetrics(d.Reg)
 	opts := cfg.StreamOptions()
-	changes, err := bus.EnsureStream(ctx, d.JS, names.ChangesConfig(opts))
+	streams := svc.NewStreams(d)
+	changes, err := streams.Stream(ctx, names.ChangesConfig(opts))
 	if err != nil {
 		return err
 	}
-	pushes, err := bus.EnsureStream(ctx, d.JS, names.PushesConfig(opts))
+	pushes, err := streams.Stream(ctx, names.PushesConfig(opts))
 	if err != nil {
 		return err
 	}
-	leases, err := bus.EnsureKV(ctx, d.JS, names.LeaseConfig(opts))
+	leases, err := streams.KV(ctx, names.LeaseConfig(opts))
 	if err != nil {
 		return err
 	}

@@ -8,13 +8,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/pilotwire/pilotwire/pkg/bus"
 	"github.com/pilotwire/pilotwire/pkg/svc"
 	"github.com/pilotwire/pilotwire/services/ingest/filesource"
-	"github.com/pilotwire/pilotwire/services/ingest/internal/promreg"
 	"github.com/pilotwire/pilotwire/services/ingest/kubesource"
 	"github.com/pilotwire/pilotwire/services/ingest/publish"
 )
@@ -25,9 +22,9 @@ import (
 // what it sees, then follows changes. Health turns ready, and the log says
 // "ingest ready", once every source has: the file source its initial scan,
 // the Kubernetes source every cluster synced or past its sync timeout.
-// With d.HTTP set, /debug/clusterz lists the Kubernetes clusters and their
+// With d.Debug set, /debug/clusterz lists the Kubernetes clusters and their
 // sync state, as JSON. It returns nil when ctx ends. d.NC is not used;
-// d.Reg, d.Health and d.HTTP may be nil.
+// d.Reg, d.Health and d.Debug may be nil.
 func Run(ctx context.Context, cfg Config, d svc.Deps) error {
 	if err := cfg.Validate(); err != nil {
 		return err
@@ -53,25 +50,17 @@ func Run(ctx context.Context, cfg Config, d svc.Deps) error {
 	}}
 
 	// One active writer per cluster id: the holder of its lease.
-	ready.set("leases", "creating the lease bucket")
-	var leases jetstream.KeyValue
-	err = svc.Retry(ctx, svc.RetryOptions{
-		First: 500 * time.Millisecond, Max: 30 * time.Second,
-		Log: log, Msg: "cannot create the lease bucket, retrying",
-		Failures: promreg.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "pilotwire_ingest_lease_bucket_retries_total",
-			Help: "Failed tries to create or open the lease bucket, retried after a backoff.",
-		})),
-		OnFailure: func(err error, _ time.Duration) { ready.set("leases", "creating the lease bucket: "+err.Error()) },
-	}, func() error {
-		var err error
-		leases, err = bus.EnsureKV(ctx, js, names.LeaseConfig(cfg.StreamOptions()))
-		return err
-	})
+	ready.set("streams", "opening the change stream and the lease bucket")
+	streams := svc.NewStreams(svc.Deps{JS: js, Log: log, Reg: d.Reg})
+	streams.OnWait = func(name string, err error) { ready.set("streams", "waiting for "+name+": "+err.Error()) }
+	if _, err := streams.Stream(ctx, names.ChangesConfig(cfg.StreamOptions())); err != nil {
+		return nil // ctx ended
+	}
+	leases, err := streams.KV(ctx, names.LeaseConfig(cfg.StreamOptions()))
 	if err != nil {
 		return nil // ctx ended
 	}
-	ready.set("leases", "")
+	ready.set("streams", "")
 	lo := publish.LeaseOptions{KV: leases, Holder: cfg.ID, TTL: cfg.LeaseTTL}
 	if lo.Holder == "" {
 		lo.Holder = svc.InstanceID("ingest")
@@ -165,8 +154,8 @@ func Run(ctx context.Context, cfg Config, d svc.Deps) error {
 		if err != nil {
 			return err
 		}
-		if d.HTTP != nil {
-			d.HTTP.Handle("/debug/clusterz", ks)
+		if d.Debug != nil {
+			d.Debug.Handle("/debug/clusterz", ks)
 		}
 		ready.set("kubernetes", "syncing Kubernetes clusters (see /debug/clusterz)")
 		sources = append(sources, func(ctx context.Context) error {

@@ -69,7 +69,7 @@ func TestRunFilesAndClusters(t *testing.T) {
 	done := make(chan error, 2)
 	go func() { done <- srv.Serve(ctx) }()
 	go func() {
-		done <- ingest.Run(ctx, cfg, svc.Deps{JS: js, Log: log, Reg: prometheus.NewRegistry(), Health: health, HTTP: srv})
+		done <- ingest.Run(ctx, cfg, svc.Deps{JS: js, Log: log, Reg: prometheus.NewRegistry(), Health: health, HTTP: srv, Debug: srv})
 	}()
 	defer func() {
 		cancel()

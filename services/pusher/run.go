@@ -93,15 +93,16 @@ func Run(ctx context.Context, cfg Config, d svc.Deps) error {
 		cfg.ID = svc.InstanceID("pusher")
 	}
 	opts := cfg.StreamOptions()
-	pushes, err := bus.EnsureStream(ctx, d.JS, names.PushesConfig(opts))
+	streams := svc.NewStreams(d)
+	pushes, err := streams.Stream(ctx, names.PushesConfig(opts))
 	if err != nil {
 		return err
 	}
-	kv, err := bus.EnsureKV(ctx, d.JS, names.RegistryConfig(opts))
+	kv, err := streams.KV(ctx, names.RegistryConfig(opts))
 	if err != nil {
 		return err
 	}
-	leases, err := bus.EnsureKV(ctx, d.JS, names.LeaseConfig(opts))
+	leases, err := streams.KV(ctx, names.LeaseConfig(opts))
 	if err != nil {
 		return err
 	}

@@ -3,7 +3,9 @@ package natstest
 
 import (
 	"testing"
+	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -20,6 +22,32 @@ func Start(t testing.TB) string {
 	}
 	t.Cleanup(s.Shutdown)
 	return s.URL()
+}
+
+// StartWith runs a JetStream server like Start whose options configure
+// adjusts first (users, nkeys, accounts, TLS). It returns the client URL.
+func StartWith(t testing.TB, configure func(*server.Options)) string {
+	t.Helper()
+	opts := &server.Options{
+		ServerName: "pwtest",
+		Host:       "127.0.0.1",
+		Port:       server.RANDOM_PORT,
+		JetStream:  true,
+		StoreDir:   t.TempDir(),
+		NoSigs:     true,
+		MaxPayload: 8 << 20,
+	}
+	configure(opts)
+	s, err := server.NewServer(opts)
+	if err != nil {
+		t.Fatalf("nats server: %v", err)
+	}
+	s.Start()
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	if !s.ReadyForConnections(10 * time.Second) {
+		t.Fatalf("nats server not ready for connections")
+	}
+	return s.ClientURL()
 }
 
 // Connect opens a client connection to url, closed at the end of the test.

@@ -1,0 +1,123 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	resource "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+
+	"github.com/pilotwire/pilotwire/internal/testkit/natstest"
+	"github.com/pilotwire/pilotwire/internal/testkit/pipelinetest"
+	"github.com/pilotwire/pilotwire/internal/testkit/testutil"
+	"github.com/pilotwire/pilotwire/pkg/svc"
+)
+
+// TestLeastPrivilege runs the four services on a nats-server configured
+// with deploy/nats/accounts.conf, each as its own user: the pipeline works
+// end to end (changes reach the frontend's model, PushRequests the pusher),
+// and ingest is denied a subject it does not own (a frontend's orders).
+func TestLeastPrivilege(t *testing.T) {
+	for _, u := range []string{"INGEST", "DEBOUNCER", "PUSHER", "ADS_0", "ADS_1", "ADS_2", "CLI", "ADMIN"} {
+		t.Setenv("PILOTWIRE_"+u+"_PASSWORD", "pw-"+strings.ToLower(u))
+	}
+	fo, err := server.ProcessConfigFile("../deploy/nats/accounts.conf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := natstest.StartWith(t, func(o *server.Options) { o.Accounts, o.Users = fo.Accounts, fo.Users })
+	users := map[string]svc.NATSAuth{
+		"ingest":    {User: "ingest", Password: "pw-ingest"},
+		"debouncer": {User: "debouncer", Password: "pw-debouncer"},
+		"pusher":    {User: "pusher", Password: "pw-pusher"},
+		"ads":       {User: "ads-0", Password: "pw-ads_0"},
+	}
+	dir := t.TempDir()
+	pipelinetest.WriteFile(t, dir, "mesh.yaml", meshYAML)
+	s := startServices(t, url, dir, svc.Common{NATSURL: url, Prefix: "pw"}, users)
+	for name, h := range s.healths {
+		s.waitFor(t, name+" ready", h.Ready)
+	}
+	s.waitFor(t, "the frontend's model applied the changes", func() bool {
+		return testutil.Metric(s.regs["ads"], "pilotwire_ads_applied_seq") > 0
+	})
+	s.waitFor(t, "the pusher got a PushRequest", func() bool {
+		return testutil.Metric(s.regs["pusher"], "pilotwire_pusher_latest_through_seq") > 0
+	})
+	// A proxy gets its config, registers (the pusher sees it), and a new
+	// Service reaches it through debouncer, pusher and the frontend's
+	// orders.
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.DefaultTimeout)
+	defer cancel()
+	c := newADSClient(ctx, t, <-s.adsAddr)
+	cds := c.request(resource.ClusterType)
+	if _, ok := decode(t, cds, func() *cluster.Cluster { return &cluster.Cluster{} })["outbound|80||web.shop.svc.cluster.local"]; !ok {
+		t.Fatalf("first CDS lacks the web cluster")
+	}
+	s.waitFor(t, "the pusher knows the connection", func() bool {
+		return testutil.Metric(s.regs["pusher"], "pilotwire_pusher_connections") == 1
+	})
+	pipelinetest.WriteFile(t, dir, "new.yaml", `apiVersion: v1
+kind: Service
+metadata: {name: added, namespace: default}
+spec:
+  clusterIP: 10.96.0.99
+  ports:
+  - {name: http, port: 8000}
+`)
+	for {
+		resp := c.recv(resource.ClusterType)
+		c.ack(resp)
+		if _, ok := decode(t, resp, func() *cluster.Cluster { return &cluster.Cluster{} })["outbound|8000||added.default.svc.cluster.local"]; ok {
+			break
+		}
+	}
+	for name := range s.regs {
+		if n := testutil.Metric(s.regs[name], "pilotwire_stream_ensure_retries_total"); n != 0 {
+			t.Errorf("%s retried its streams %v times, want none (a permission missing?)", name, n)
+		}
+	}
+
+	// Ingest may not send a frontend orders; a frontend may not take
+	// another's.
+	for _, tc := range []struct {
+		user string
+		try  func(nc *nats.Conn) error
+	}{
+		{"ingest", func(nc *nats.Conn) error { return nc.Publish("pw.fe.ads-0.orders", []byte("forged")) }},
+		{"ads", func(nc *nats.Conn) error { _, err := nc.SubscribeSync("pw.fe.ads-1.orders"); return err }},
+	} {
+		denied := make(chan error, 1)
+		opts, _ := users[tc.user].Options()
+		nc, err := nats.Connect(url, append(opts, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			select {
+			case denied <- err:
+			default:
+			}
+		}))...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nc.Close()
+		if err := tc.try(nc); err != nil {
+			t.Fatal(err)
+		}
+		_ = nc.Flush()
+		var got error
+		s.waitFor(t, tc.user+" denied", func() bool {
+			select {
+			case got = <-denied:
+				return true
+			default:
+				return false
+			}
+		})
+		if !errors.Is(got, nats.ErrPermissionViolation) {
+			t.Errorf("%s: %v, want a permissions violation", tc.user, got)
+		}
+	}
+}

@@ -1,0 +1,155 @@
+package bus
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Permissions are the subjects one NATS user may publish and subscribe to:
+// the least a pilotwire service needs, derived from the names it uses.
+type Permissions struct {
+	User      string
+	Publish   []string
+	Subscribe []string
+}
+
+// jsStream is what a service needs of the JetStream API on one stream it
+// uses: account info, the stream's info and creation (a service creates a
+// missing stream, never updates, purges or deletes one), direct and
+// message gets, consumers on it, acks and flow control.
+func jsStream(stream string) []string {
+	return []string{
+		"$JS.API.STREAM.INFO." + stream,
+		"$JS.API.STREAM.CREATE." + stream,
+		"$JS.API.STREAM.MSG.GET." + stream,
+		"$JS.API.DIRECT.GET." + stream,
+		"$JS.API.DIRECT.GET." + stream + ".>",
+		"$JS.API.CONSUMER.CREATE." + stream,
+		"$JS.API.CONSUMER.CREATE." + stream + ".>",
+		"$JS.API.CONSUMER.DURABLE.CREATE." + stream + ".>",
+		"$JS.API.CONSUMER.INFO." + stream + ".>",
+		"$JS.API.CONSUMER.DELETE." + stream + ".>",
+		"$JS.API.CONSUMER.MSG.NEXT." + stream + ".>",
+		"$JS.ACK." + stream + ".>",
+		"$JS.FC." + stream + ".>",
+	}
+}
+
+func (n Names) kvStream(bucket string) string { return "KV_" + bucket }
+
+func kvKey(bucket, key string) string { return "$KV." + bucket + "." + key }
+
+// perms builds a user's permissions: the JetStream API on streams, what it
+// publishes and subscribes to besides, and replies on _INBOX.
+func perms(user string, streams, publish, subscribe []string) Permissions {
+	p := Permissions{User: user, Publish: []string{"$JS.API.INFO"}, Subscribe: []string{"_INBOX.>"}}
+	for _, s := range streams {
+		p.Publish = append(p.Publish, jsStream(s)...)
+	}
+	p.Publish = append(p.Publish, publish...)
+	p.Subscribe = append(p.Subscribe, subscribe...)
+	return p
+}
+
+// IngestPermissions: ingest writes the change records of its clusters and
+// their leases, and reads the change stream.
+func (n Names) IngestPermissions(user string, clusters []string) Permissions {
+	var pub []string
+	for _, c := range clusters {
+		pub = append(pub, n.ChangesCluster(c), kvKey(n.LeaseBucket(), "ingest-"+EscapeToken(c)))
+	}
+	return perms(user, []string{n.ChangesStream(), n.kvStream(n.LeaseBucket())}, pub, nil)
+}
+
+// DebouncerPermissions: the debouncer reads changes, writes PushRequests
+// and its lease.
+func (n Names) DebouncerPermissions(user string) Permissions {
+	return perms(user, []string{n.ChangesStream(), n.PushesStream(), n.kvStream(n.LeaseBucket())},
+		[]string{n.PushesSubject(), kvKey(n.LeaseBucket(), "debouncer")}, nil)
+}
+
+// PusherPermissions: the pusher (instance id, shard) reads PushRequests
+// and the registry, sends orders to every frontend, hears their reports,
+// removes the registry entries of dead frontends and holds its lease.
+func (n Names) PusherPermissions(user, id, shard string) Permissions {
+	return perms(user, []string{n.PushesStream(), n.kvStream(n.RegistryBucket()), n.kvStream(n.LeaseBucket())},
+		[]string{n.Prefix + ".fe.*.orders", kvKey(n.RegistryBucket(), ">"), kvKey(n.LeaseBucket(), "pusher-"+EscapeToken(shard))},
+		[]string{n.DoneSubject(id)})
+}
+
+// FrontendPermissions: an ADS frontend reads changes, writes its own
+// deliveries and registry keys, takes its own orders and reports to
+// pushers.
+func (n Names) FrontendPermissions(user, frontend string) Permissions {
+	fe := EscapeToken(frontend)
+	return perms(user, []string{n.ChangesStream(), n.DeliveriesStream(), n.kvStream(n.RegistryBucket())},
+		[]string{n.Prefix + ".deliveries." + fe + ".>", kvKey(n.RegistryBucket(), FrontendKey(frontend)),
+			kvKey(n.RegistryBucket(), ConnKeyKind+"."+fe+".>"), n.Prefix + ".pusher.*.done"},
+		[]string{n.OrdersSubject(frontend)})
+}
+
+// ReaderPermissions: the CLI's debugging commands read every stream and
+// bucket and write nothing (`streams check` included; `streams apply`
+// needs an administrator of the account).
+func (n Names) ReaderPermissions(user string) Permissions {
+	p := Permissions{User: user, Publish: []string{"$JS.API.INFO"}, Subscribe: []string{"_INBOX.>"}}
+	d := n.Declared(StreamOptions{})
+	var streams []string
+	for _, s := range d.Streams {
+		streams = append(streams, s.Name)
+	}
+	for _, b := range d.Buckets {
+		streams = append(streams, n.kvStream(b.Bucket))
+	}
+	for _, s := range streams {
+		for _, subj := range jsStream(s) {
+			if !strings.HasPrefix(subj, "$JS.API.STREAM.CREATE.") {
+				p.Publish = append(p.Publish, subj)
+			}
+		}
+	}
+	return p
+}
+
+// ServerConfig renders users as a nats-server config block: one account
+// (with JetStream) holding one user per service, each with a password
+// read from an environment variable named after it
+// (PILOTWIRE_<USER>_PASSWORD, "-" as "_"), and an admin user.
+func ServerConfig(account string, users []Permissions) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "accounts {\n  %s {\n    jetstream: enabled\n    users: [\n", account)
+	quote := func(ss []string) string {
+		q := make([]string, len(ss))
+		for i, s := range ss {
+			q[i] = fmt.Sprintf("%q", s)
+		}
+		return strings.Join(q, ", ")
+	}
+	for _, u := range users {
+		env := "PILOTWIRE_" + strings.ToUpper(strings.ReplaceAll(u.User, "-", "_")) + "_PASSWORD"
+		fmt.Fprintf(&b, "      { user: %q, password: $%s, permissions: {\n", u.User, env)
+		fmt.Fprintf(&b, "          publish: { allow: [%s] }\n", quote(u.Publish))
+		fmt.Fprintf(&b, "          subscribe: { allow: [%s] }\n", quote(u.Subscribe))
+		b.WriteString("      } }\n")
+	}
+	b.WriteString("      # streams apply, nats CLI: the whole account\n")
+	b.WriteString("      { user: \"admin\", password: $PILOTWIRE_ADMIN_PASSWORD }\n")
+	b.WriteString("    ]\n  }\n}\n")
+	return b.String()
+}
+
+// ExampleUsers are the users of the example server config
+// (deploy/nats/accounts.conf): one per service instance of an install with
+// ingest watching cluster Kubernetes, the pusher run with --id pusher-0
+// (shard 0), three frontends run with --frontend-id ads-0..2, and the CLI.
+func (n Names) ExampleUsers() []Permissions {
+	return []Permissions{
+		n.IngestPermissions("ingest", []string{"Kubernetes"}),
+		n.DebouncerPermissions("debouncer"),
+		n.PusherPermissions("pusher", "pusher-0", "0"),
+		n.FrontendPermissions("ads-0", "ads-0"),
+		n.FrontendPermissions("ads-1", "ads-1"),
+		n.FrontendPermissions("ads-2", "ads-2"),
+		n.ReaderPermissions("cli"),
+	}
+}

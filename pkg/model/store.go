@@ -55,7 +55,12 @@ type Store struct {
 	virtualServices map[ObjectKey]*VirtualServiceInput
 	gateways        map[ObjectKey]*GatewayInput
 	routingDirty    bool
-	routeIdx        *routeIndex
+	// Gateway API objects (gatewayapi.go), converted into routing inputs;
+	// gatewayAPIRefsSeen is the Services and ServiceEntries of the last
+	// conversion, which its backendRefs resolved against.
+	gatewayAPI         map[ObjectKey]*storedGatewayAPI
+	gatewayAPIRefsSeen string
+	routeIdx           *routeIndex
 	// undecodable: objects whose last record could not be decoded (the
 	// previous version stays), reported as problems.
 	undecodable map[ObjectKey]string
@@ -89,6 +94,7 @@ type entry struct {
 	sidecar              *storedSidecar
 	vs                   *VirtualServiceInput
 	gw                   *GatewayInput
+	gwapi                *storedGatewayAPI
 }
 
 // Option configures a [Store].
@@ -116,6 +122,7 @@ func NewStore(opts ...Option) *Store {
 		sidecars:        make(map[ObjectKey]*storedSidecar),
 		virtualServices: make(map[ObjectKey]*VirtualServiceInput),
 		gateways:        make(map[ObjectKey]*GatewayInput),
+		gatewayAPI:      make(map[ObjectKey]*storedGatewayAPI),
 		routeIdx:        emptyRoutes(),
 		undecodable:     make(map[ObjectKey]string),
 		dirty:           make(map[serviceKey]struct{}),
@@ -223,6 +230,9 @@ func decode(key ObjectKey, raw []byte) (*entry, error) {
 		return nil, errors.New("object is not a JSON object")
 	}
 	if e, ok, err := decodeRouting(key, raw); ok {
+		return e, err
+	}
+	if e, ok, err := decodeGatewayAPI(key, raw); ok {
 		return e, err
 	}
 	switch {
@@ -361,6 +371,9 @@ func (s *Store) insert(key ObjectKey, e *entry) {
 	case e.gw != nil:
 		s.gateways[key] = e.gw
 		s.routingDirty = true
+	case e.gwapi != nil:
+		s.gatewayAPI[key] = e.gwapi
+		s.routingDirty = true
 	}
 }
 
@@ -452,6 +465,9 @@ func (s *Store) remove(key ObjectKey) {
 		s.routingDirty = true
 	case e.gw != nil:
 		delete(s.gateways, key)
+		s.routingDirty = true
+	case e.gwapi != nil:
+		delete(s.gatewayAPI, key)
 		s.routingDirty = true
 	}
 }

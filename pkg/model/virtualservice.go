@@ -105,7 +105,8 @@ func (s *Store) routingInputs() ([]*VirtualServiceInput, []*GatewayInput) {
 	for _, g := range s.gateways {
 		gws = append(gws, g)
 	}
-	return vss, gws
+	cvs, cgws := s.convertGatewayAPI()
+	return append(vss, cvs...), append(gws, cgws...)
 }
 
 // decodeRouting decodes a VirtualService or Gateway record into an entry;

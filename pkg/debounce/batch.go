@@ -18,6 +18,17 @@ type batch struct {
 	seqs     []uint64 // handed to the Request on emit
 	firstSeq uint64
 	thruSeq  uint64
+	lastSeq  uint64 // the latest event's sequence
+	breaks   int    // events whose sequence does not follow the previous one's
+}
+
+// runs is the number of runs of consecutive sequences the batch's events
+// form, in arrival (stream) order.
+func (b *batch) runs() int {
+	if b.n == 0 {
+		return 0
+	}
+	return b.breaks + 1
 }
 
 // add merges ev, added at now, into the batch.
@@ -42,6 +53,10 @@ func (b *batch) add(ev Event, now time.Time) {
 		b.firstSeq = min(b.firstSeq, ev.Seq)
 		b.thruSeq = max(b.thruSeq, ev.Seq)
 	}
+	if b.n > 0 && ev.Seq != b.lastSeq && ev.Seq != b.lastSeq+1 {
+		b.breaks++
+	}
+	b.lastSeq = ev.Seq
 	b.n++
 	b.last = now
 	b.full = b.full || ev.Full
@@ -126,6 +141,8 @@ func (b *batch) absorb(o *batch) {
 		b.firstSeq = min(b.firstSeq, o.firstSeq)
 		b.thruSeq = max(b.thruSeq, o.thruSeq)
 	}
+	b.breaks += o.breaks + 1
+	b.lastSeq = max(b.lastSeq, o.lastSeq)
 	b.n += o.n
 	b.full = b.full || o.full
 	if len(o.keys) > 0 && b.keys == nil {

@@ -12,6 +12,9 @@ const (
 	// DefaultEnableEDSDebounce says whether endpoint-only changes are
 	// debounced too (PILOT_ENABLE_EDS_DEBOUNCE).
 	DefaultEnableEDSDebounce = true
+	// DefaultMaxBypassRanges bounds the fragmentation of a bypass request
+	// (see Config.MaxBypassRanges).
+	DefaultMaxBypassRanges = 64
 )
 
 // Config holds the debounce windows. Start from DefaultConfig: the zero
@@ -28,6 +31,12 @@ type Config struct {
 	// every other event. When false they bypass the windows (see the
 	// package comment).
 	EnableEDSDebounce bool
+	// MaxBypassRanges bounds how fragmented a bypass request may be: once
+	// the pending bypass events' sequences break into more than this many
+	// runs (the sequences between them pending in the debounced batch),
+	// the bypass batch goes out together with the debounced one, due or
+	// not, as one wider request. Zero or negative means the default.
+	MaxBypassRanges int
 }
 
 // DefaultConfig returns Istio's defaults: 100ms, 10s, EDS debounce on.
@@ -36,6 +45,7 @@ func DefaultConfig() Config {
 		DebounceAfter:     DefaultDebounceAfter,
 		DebounceMax:       DefaultDebounceMax,
 		EnableEDSDebounce: DefaultEnableEDSDebounce,
+		MaxBypassRanges:   DefaultMaxBypassRanges,
 	}
 }
 
@@ -46,6 +56,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.DebounceMax <= 0 {
 		c.DebounceMax = DefaultDebounceMax
+	}
+	if c.MaxBypassRanges <= 0 {
+		c.MaxBypassRanges = DefaultMaxBypassRanges
 	}
 	return c
 }

@@ -43,9 +43,13 @@ func (d *Debouncer) Tick(now time.Time) (*Request, bool) {
 		return nil, false
 	}
 	debouncedDue := d.debounced.due(now, d.cfg.DebounceAfter, d.cfg.DebounceMax)
+	// A bypass batch broken into too many runs by debounced events between
+	// its sequences takes the debounced batch along: the request then
+	// carries every pending sequence, so its ranges join into few.
+	fragmented := d.bypass.runs() > d.cfg.MaxBypassRanges && d.debounced.n > 0
 	var req *Request
 	switch {
-	case d.bypass.n > 0 && debouncedDue:
+	case d.bypass.n > 0 && (debouncedDue || fragmented):
 		req = d.debounced.emit(&d.bypass)
 	case d.bypass.n > 0:
 		req = d.bypass.emit(nil)

@@ -16,22 +16,22 @@ func TestConfigDefaults(t *testing.T) {
 		{
 			name: "default config",
 			cfg:  DefaultConfig(),
-			want: Config{DebounceAfter: 100 * time.Millisecond, DebounceMax: 10 * time.Second, EnableEDSDebounce: true},
+			want: Config{DebounceAfter: 100 * time.Millisecond, DebounceMax: 10 * time.Second, EnableEDSDebounce: true, MaxBypassRanges: 64},
 		},
 		{
 			name: "zero durations take the defaults",
 			cfg:  Config{EnableEDSDebounce: true},
-			want: Config{DebounceAfter: 100 * time.Millisecond, DebounceMax: 10 * time.Second, EnableEDSDebounce: true},
+			want: Config{DebounceAfter: 100 * time.Millisecond, DebounceMax: 10 * time.Second, EnableEDSDebounce: true, MaxBypassRanges: 64},
 		},
 		{
 			name: "negative durations take the defaults",
 			cfg:  Config{DebounceAfter: -1, DebounceMax: -1},
-			want: Config{DebounceAfter: 100 * time.Millisecond, DebounceMax: 10 * time.Second},
+			want: Config{DebounceAfter: 100 * time.Millisecond, DebounceMax: 10 * time.Second, MaxBypassRanges: 64},
 		},
 		{
 			name: "set values are kept",
 			cfg:  Config{DebounceAfter: time.Second, DebounceMax: time.Minute},
-			want: Config{DebounceAfter: time.Second, DebounceMax: time.Minute},
+			want: Config{DebounceAfter: time.Second, DebounceMax: time.Minute, MaxBypassRanges: 64},
 		},
 	}
 	for _, tc := range tests {

@@ -18,7 +18,11 @@ type Config struct {
 	// Debounce holds the windows: --debounce-after (env
 	// PILOT_DEBOUNCE_AFTER, default 100ms), --debounce-max (env
 	// PILOT_DEBOUNCE_MAX, default 10s), --enable-eds-debounce (env
-	// PILOT_ENABLE_EDS_DEBOUNCE, default true), as Istio.
+	// PILOT_ENABLE_EDS_DEBOUNCE, default true), as Istio; and
+	// --max-bypass-ranges (env PILOTWIRE_DEBOUNCE_MAX_BYPASS_RANGES, default
+	// 64): with EDS debounce off, an endpoint-only request whose sequences
+	// break into more runs than this (debounced changes pending between
+	// them) takes the pending debounced batch along.
 	Debounce debounce.Config
 	// ID names this instance in the lease (--id, env PILOTWIRE_INSTANCE_ID;
 	// default debouncer-<hostname>-<random>).
@@ -35,7 +39,8 @@ type Config struct {
 	// MaxRequestBytes bounds one PushRequest: past it the request drops
 	// its config keys and becomes a full push. Run lowers it to half the
 	// largest message NATS and the PUSHES stream accept (--max-request-bytes,
-	// env PILOTWIRE_DEBOUNCE_MAX_REQUEST_BYTES, default 512 KiB).
+	// env PILOTWIRE_DEBOUNCE_MAX_REQUEST_BYTES, default 512 KiB), never
+	// below 16 KiB (minRequestBytes).
 	MaxRequestBytes int
 	// SnapshotInterval is how often the snapshotter (one debouncer
 	// instance, under the lease "snapshot") writes a snapshot of the change
@@ -75,6 +80,7 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.Debounce.DebounceAfter, "debounce-after", svc.EnvDuration("PILOT_DEBOUNCE_AFTER", d.Debounce.DebounceAfter), "quiet window: emit when no change arrived for this long (env PILOT_DEBOUNCE_AFTER)")
 	fs.DurationVar(&c.Debounce.DebounceMax, "debounce-max", svc.EnvDuration("PILOT_DEBOUNCE_MAX", d.Debounce.DebounceMax), "emit at the latest this long after the first merged change (env PILOT_DEBOUNCE_MAX)")
 	fs.BoolVar(&c.Debounce.EnableEDSDebounce, "enable-eds-debounce", svc.EnvBool("PILOT_ENABLE_EDS_DEBOUNCE", d.Debounce.EnableEDSDebounce), "debounce endpoint-only changes too (env PILOT_ENABLE_EDS_DEBOUNCE)")
+	fs.IntVar(&c.Debounce.MaxBypassRanges, "max-bypass-ranges", svc.EnvInt("PILOTWIRE_DEBOUNCE_MAX_BYPASS_RANGES", d.Debounce.MaxBypassRanges), "with EDS debounce off, an endpoint-only request broken into more sequence ranges than this takes the pending debounced changes along (env PILOTWIRE_DEBOUNCE_MAX_BYPASS_RANGES)")
 	fs.IntVar(&c.MaxAckPending, "max-ack-pending", svc.EnvInt("PILOTWIRE_DEBOUNCE_MAX_ACK_PENDING", d.MaxAckPending), "change records held un-acknowledged while merged (env PILOTWIRE_DEBOUNCE_MAX_ACK_PENDING)")
 	fs.IntVar(&c.MaxRequestBytes, "max-request-bytes", svc.EnvInt("PILOTWIRE_DEBOUNCE_MAX_REQUEST_BYTES", d.MaxRequestBytes), "a PushRequest larger than this drops its config keys and becomes a full push (env PILOTWIRE_DEBOUNCE_MAX_REQUEST_BYTES)")
 	fs.DurationVar(&c.SnapshotInterval, "snapshot-interval", svc.EnvDuration("PILOTWIRE_SNAPSHOT_INTERVAL", d.SnapshotInterval), "write a snapshot of the change stream's live objects and compact the stream this often; negative disables both (env PILOTWIRE_SNAPSHOT_INTERVAL)")

@@ -363,7 +363,13 @@ func (l *loop) emit(req *debounce.Request, now time.Time) {
 	e := emitted{req: req, pr: toProto(req), acks: make([]string, 0, len(req.Seqs))}
 	e.pr.CompleteThroughSeq = l.completeThrough(req)
 	size := proto.Size(e.pr)
-	if how := fit(e.pr, l.maxBytes, l.carried); how != fitNone {
+	switch how := fit(e.pr, l.maxBytes, l.carried); how {
+	case fitNone:
+	case fitOver:
+		l.m.oversized.WithLabelValues(how).Inc()
+		l.log.Error("push request over the size bound even without keys: its covered ranges stay apart (pending changes between them); publishing it as it is",
+			"through_seq", req.ThroughSeq, "bytes", proto.Size(e.pr), "max_bytes", l.maxBytes, "covered_ranges", len(e.pr.GetCovered()))
+	default:
 		l.m.oversized.WithLabelValues(how).Inc()
 		l.log.Warn("push request over the size bound: sent as a full push without keys",
 			"through_seq", req.ThroughSeq, "bytes", size, "max_bytes", l.maxBytes, "keys", len(req.ConfigKeys), "covered_ranges", len(e.pr.GetCovered()), "how", how)

@@ -10,7 +10,19 @@ import (
 // configured bound, but at most half the largest message the server
 // (maxPayload) and the PUSHES stream (streamMax, 0 or less when unset)
 // accept, so headers and the fields set at publish time always fit.
+//
+// It is never below minRequestBytes: what a request cannot drop (its
+// covered ranges, bounded by debounce.Config.MaxBypassRanges, and the
+// fixed fields) always fits.
 func requestBound(configured int, maxPayload int64, streamMax int32) int {
+	return max(minRequestBytes, bound(configured, maxPayload, streamMax))
+}
+
+// minRequestBytes is the least requestBound gives: room for the covered
+// ranges of the most fragmented request pkg/debounce emits.
+const minRequestBytes = 16 << 10
+
+func bound(configured int, maxPayload int64, streamMax int32) int {
 	limit := maxPayload
 	if streamMax > 0 && (limit <= 0 || int64(streamMax) < limit) {
 		limit = int64(streamMax)
@@ -26,17 +38,19 @@ const (
 	fitNone   = ""       // it was small enough
 	fitKeys   = "keys"   // its keys were dropped: a full push
 	fitJoined = "joined" // also its covered ranges were joined over sequences earlier requests carried
-	fitRange  = "range"  // also its covered ranges became one, first_seq..through_seq
+	fitOver   = "over"   // still too large: pending sequences lie between its ranges
 )
 
 // fit makes pr at most maxBytes long. Past the bound the request drops
 // its config keys and becomes a full push (a full push needs no keys). If
 // its covered ranges alone are still too long (sequences interleaved with
 // those of other requests), they are joined over the gaps whose sequences
-// earlier requests carried (carried reports that), and as a last resort
-// into one range first_seq..through_seq: a full push generated at or
-// after through_seq reflects every change up to it, whichever request
-// listed them.
+// earlier requests carried (carried reports that). Ranges are never
+// joined over a sequence still pending: that sequence will be listed by
+// the request that carries it, and listing it here too would publish it
+// twice. A request still too long then is left as it is (fitOver); it
+// cannot happen with pkg/debounce's bound on bypass fragmentation and
+// requestBound's minimum.
 func fit(pr *pb.PushRequest, maxBytes int, carried func(seq uint64) bool) string {
 	if proto.Size(pr) <= maxBytes {
 		return fitNone
@@ -50,8 +64,7 @@ func fit(pr *pb.PushRequest, maxBytes int, carried func(seq uint64) bool) string
 	if proto.Size(pr) <= maxBytes {
 		return fitJoined
 	}
-	pr.Covered = []*pb.SeqRange{{First: pr.GetFirstSeq(), Last: pr.GetThroughSeq()}}
-	return fitRange
+	return fitOver
 }
 
 // joinCovered joins consecutive ranges whose gap holds only sequences

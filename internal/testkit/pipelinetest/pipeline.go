@@ -44,6 +44,9 @@ type Options struct {
 	Frontends       int                  // ADS frontends (default 1), named fe-0, fe-1, ...
 	FrontendTimeout time.Duration        // pusher's; default 6 s
 	Ingest          func(*ingest.Config) // adjusts ingest's config (e.g. adds Kubernetes clusters)
+	// Debounce adjusts the debouncer's windows (quiet window 20 ms by
+	// default here), e.g. EnableEDSDebounce off.
+	Debounce func(*debounce.Config)
 }
 
 // Start runs ingest (watching dir), debouncer, pusher and the ads
@@ -93,6 +96,9 @@ func Start(t *testing.T, dir string, opts ...Options) *Pipeline {
 	start("debouncer", func(ctx context.Context, d svc.Deps) error {
 		cfg := debounce.DefaultConfig()
 		cfg.DebounceAfter = 20 * time.Millisecond
+		if o.Debounce != nil {
+			o.Debounce(&cfg)
+		}
 		return debouncer.Run(ctx, debouncer.Config{Common: common, Debounce: cfg}, d)
 	})
 	start("pusher", func(ctx context.Context, d svc.Deps) error {

@@ -61,11 +61,19 @@ func (n Names) IngestPermissions(user string, clusters []string) Permissions {
 	return perms(user, []string{n.ChangesStream(), n.kvStream(n.LeaseBucket())}, pub, nil)
 }
 
+// objStream is the stream behind an object store bucket.
+func objStream(bucket string) string { return "OBJ_" + bucket }
+
 // DebouncerPermissions: the debouncer reads changes, writes PushRequests
-// and its lease.
+// and its lease; its snapshotter (pkg/snapshot) holds the "snapshot"
+// lease, writes the snapshot object store (chunks and metadata, purging
+// a replaced snapshot's chunks) and compacts the change stream by
+// subject purges, the one write to PW_CHANGES not ingest's.
 func (n Names) DebouncerPermissions(user string) Permissions {
-	return perms(user, []string{n.ChangesStream(), n.PushesStream(), n.kvStream(n.LeaseBucket())},
-		[]string{n.PushesSubject(), kvKey(n.LeaseBucket(), "debouncer")}, nil)
+	b := n.SnapshotBucket()
+	return perms(user, []string{n.ChangesStream(), n.PushesStream(), n.kvStream(n.LeaseBucket()), objStream(b)},
+		[]string{n.PushesSubject(), kvKey(n.LeaseBucket(), "debouncer"), kvKey(n.LeaseBucket(), "snapshot"),
+			"$O." + b + ".>", "$JS.API.STREAM.PURGE." + objStream(b), "$JS.API.STREAM.PURGE." + n.ChangesStream()}, nil)
 }
 
 // PusherPermissions: the pusher (instance id, shard) reads PushRequests
@@ -74,17 +82,17 @@ func (n Names) DebouncerPermissions(user string) Permissions {
 func (n Names) PusherPermissions(user, id, shard string) Permissions {
 	return perms(user, []string{n.PushesStream(), n.kvStream(n.RegistryBucket()), n.kvStream(n.LeaseBucket())},
 		[]string{n.Prefix + ".fe.*.orders", kvKey(n.RegistryBucket(), ">"), kvKey(n.LeaseBucket(), "pusher-"+EscapeToken(shard))},
-		[]string{n.DoneSubject(id)})
+		[]string{n.DoneSubject(id), n.DoneSubject(id) + ".batch"})
 }
 
-// FrontendPermissions: an ADS frontend reads changes, writes its own
-// deliveries and registry keys, takes its own orders and reports to
-// pushers.
+// FrontendPermissions: an ADS frontend reads changes and the snapshots it
+// starts from, writes its own deliveries and registry keys, takes its own
+// orders and reports to pushers (single and batched completions).
 func (n Names) FrontendPermissions(user, frontend string) Permissions {
 	fe := EscapeToken(frontend)
-	return perms(user, []string{n.ChangesStream(), n.DeliveriesStream(), n.kvStream(n.RegistryBucket())},
+	return perms(user, []string{n.ChangesStream(), n.DeliveriesStream(), n.kvStream(n.RegistryBucket()), objStream(n.SnapshotBucket())},
 		[]string{n.Prefix + ".deliveries." + fe + ".>", kvKey(n.RegistryBucket(), FrontendKey(frontend)),
-			kvKey(n.RegistryBucket(), ConnKeyKind+"."+fe+".>"), n.Prefix + ".pusher.*.done"},
+			kvKey(n.RegistryBucket(), ConnKeyKind+"."+fe+".>"), n.Prefix + ".pusher.*.done", n.Prefix + ".pusher.*.done.batch"},
 		[]string{n.OrdersSubject(frontend)})
 }
 
@@ -101,6 +109,7 @@ func (n Names) ReaderPermissions(user string) Permissions {
 	for _, b := range d.Buckets {
 		streams = append(streams, n.kvStream(b.Bucket))
 	}
+	streams = append(streams, objStream(n.SnapshotBucket()))
 	for _, s := range streams {
 		for _, subj := range jsStream(s) {
 			if !strings.HasPrefix(subj, "$JS.API.STREAM.CREATE.") {

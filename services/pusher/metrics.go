@@ -48,7 +48,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "pilotwire_pusher_done_timeouts_total", Help: "Push orders whose completion never came in time.",
 		}),
 		skipped: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "pilotwire_pusher_skipped_total", Help: "Connections not pushed for a PushRequest, by reason (scope, synced).",
+			Name: "pilotwire_pusher_skipped_total", Help: "Connections not pushed for a PushRequest, by reason (scope, synced, ordered: covered by an order already sent).",
 		}, []string{"reason"}),
 		dones: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pilotwire_pusher_done_total", Help: "Push completions reported by frontends, by result.",

@@ -122,6 +122,7 @@ func (p *Pusher) applyEntry(e jetstream.KeyValueEntry) {
 			// scoped out against the old watches no longer count
 			// (issue 11 #2).
 			c.synced, c.skipped = min(c.synced, info.GetSyncedSeq()), nil
+			c.reorder = true
 			c.info = info
 			p.syncedLocked(c, c.synced)
 		} else {

@@ -294,6 +294,8 @@ func (p *Pusher) handlePushRequest(msg jetstream.Msg) {
 		switch {
 		case c.synced >= req.through:
 			p.m.skipped.WithLabelValues("synced").Inc()
+		case c.hasOrdered(req.through):
+			p.m.skipped.WithLabelValues("ordered").Inc()
 		case !needsPush(c.info, req):
 			// Untouched by these sequences: synced moves over them once
 			// every sequence below them is reflected too.
@@ -427,6 +429,15 @@ func (p *Pusher) addOrder(q *pushqueue.Queue[*request], batches map[string]*batc
 		q.MarkDone(conn)
 		return
 	}
+	if c.hasOrdered(req.through) {
+		// Queued behind the order that covers it (merged into the
+		// processing slot before that order was recorded): drop it.
+		p.m.skipped.WithLabelValues("ordered").Inc()
+		p.mu.Unlock()
+		q.MarkDone(conn)
+		return
+	}
+	c.setOrdered(req.through)
 	p.lastPushID++
 	id := p.lastPushID
 	p.inflight[id] = &inflight{conn: conn, frontend: c.info.GetFrontend(), req: req, deadline: now.Add(p.cfg.PushTimeout)}
@@ -477,7 +488,7 @@ func (p *Pusher) syncedLocked(c *connState, seq uint64) {
 // is resynced after its backoff, which doubles up to ResyncMax each time,
 // for as long as it stays behind (issue 12 row 9).
 func (p *Pusher) lostLocked(conn string, c *connState, why string) {
-	c.queued = 0
+	c.queued, c.reorder = 0, true
 	wait := max(c.backoff, p.cfg.ResyncInterval)
 	c.resyncAt = p.now().Add(wait)
 	c.backoff = min(2*wait, p.cfg.ResyncMax)

@@ -16,6 +16,11 @@ type connState struct {
 	queued uint64
 	// pushID is the order in flight for it (0: none).
 	pushID uint64
+	// ordered is the highest through_seq this pusher has ordered for it;
+	// reorder: that order may not have taken effect (lost, or the watches
+	// changed since), so one at the same sequence may be sent again.
+	ordered uint64
+	reorder bool
 	// resyncAt: when a catch-up is due if it is still behind then (zero:
 	// none scheduled); backoff: the wait before the one after it.
 	resyncAt time.Time
@@ -28,4 +33,20 @@ type inflight struct {
 	frontend string
 	req      *request
 	deadline time.Time
+}
+
+// hasOrdered reports whether an order through seq would add nothing to
+// what the connection has already been ordered (in flight or done): a
+// frontend pushes from its whole model, which has applied at least the
+// earlier order's sequence. Ordering it would be an order older than, or
+// repeating, one the connection already got (a request redelivered after
+// a take-over's catch-up, say). If the earlier order is lost, the resync
+// that follows is at the latest sequence, so nothing it covered is lost.
+func (c *connState) hasOrdered(seq uint64) bool {
+	return seq < c.ordered || (seq == c.ordered && !c.reorder)
+}
+
+// setOrdered records an order through seq sent to the connection.
+func (c *connState) setOrdered(seq uint64) {
+	c.ordered, c.reorder = max(c.ordered, seq), false
 }

@@ -22,12 +22,24 @@ type pausableJS struct {
 	paused *atomic.Bool
 }
 
-func (js pausableJS) CreateOrUpdateKeyValue(ctx context.Context, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
-	kv, err := js.JetStream.CreateOrUpdateKeyValue(ctx, cfg)
-	if err != nil || cfg.Bucket != names.LeaseConfig(bus.StreamOptions{}).Bucket {
+// wrap makes the lease bucket pausable, whichever call opened it.
+func (js pausableJS) wrap(kv jetstream.KeyValue, err error) (jetstream.KeyValue, error) {
+	if err != nil || kv.Bucket() != names.LeaseConfig(bus.StreamOptions{}).Bucket {
 		return kv, err
 	}
 	return pausableKV{KeyValue: kv, paused: js.paused}, nil
+}
+
+func (js pausableJS) KeyValue(ctx context.Context, bucket string) (jetstream.KeyValue, error) {
+	return js.wrap(js.JetStream.KeyValue(ctx, bucket))
+}
+
+func (js pausableJS) CreateKeyValue(ctx context.Context, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+	return js.wrap(js.JetStream.CreateKeyValue(ctx, cfg))
+}
+
+func (js pausableJS) CreateOrUpdateKeyValue(ctx context.Context, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+	return js.wrap(js.JetStream.CreateOrUpdateKeyValue(ctx, cfg))
 }
 
 type pausableKV struct {
@@ -63,6 +75,11 @@ func TestPausedHolderIsFenced(t *testing.T) {
 		}
 	}}
 	a := runPusherJS(t, url, aCfg, func(js jetstream.JetStream) jetstream.JetStream { return pausableJS{JetStream: js, paused: &paused} })
+	// A failing test must not leave a's dispatcher held: its stop (an
+	// earlier cleanup, so run after this one) waits for it.
+	var releaseOnce sync.Once
+	unhold := func() { releaseOnce.Do(func() { close(release) }) }
+	t.Cleanup(unhold)
 	testutil.Eventually(t, "a active", func() bool { return a.metric("pilotwire_pusher_leader") == 1 })
 	b := runPusher(t, url, Config{ID: "pb", LeaseTTL: 600 * time.Millisecond, FrontendTimeout: time.Minute})
 	fe := newFrontend(t, url, "fe-1")
@@ -75,14 +92,20 @@ func TestPausedHolderIsFenced(t *testing.T) {
 	hold.Store(true)
 	paused.Store(true)
 	a.push(t, &pb.PushRequest{Full: true, ThroughSeq: 2})
-	<-held
+	heldTimer := time.NewTimer(testutil.DefaultTimeout)
+	defer heldTimer.Stop()
+	select {
+	case <-held:
+	case <-heldTimer.C:
+		t.Fatal("a never reached its send of the second push")
+	}
 	testutil.Eventually(t, "b active", func() bool { return b.metric("pilotwire_pusher_leader") == 1 })
 	testutil.Eventually(t, "pushed by b", func() bool { return equal(fe.ordersFor("c"), []uint64{1, 2}) })
 	b.push(t, &pb.PushRequest{Full: true, ThroughSeq: 3})
 	testutil.Eventually(t, "pushed by b again", func() bool { return equal(fe.ordersFor("c"), []uint64{1, 2, 3}) })
 
 	// a wakes up and sends the order it held (through 2, after 3).
-	close(release)
+	unhold()
 	paused.Store(false)
 	testutil.Eventually(t, "late batch dropped", func() bool {
 		fe.mu.Lock()

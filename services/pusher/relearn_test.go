@@ -33,6 +33,10 @@ func (js purgeFailJS) KeyValue(ctx context.Context, bucket string) (jetstream.Ke
 	return js.wrap(js.JetStream.KeyValue(ctx, bucket))
 }
 
+func (js purgeFailJS) CreateKeyValue(ctx context.Context, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+	return js.wrap(js.JetStream.CreateKeyValue(ctx, cfg))
+}
+
 func (js purgeFailJS) CreateOrUpdateKeyValue(ctx context.Context, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
 	return js.wrap(js.JetStream.CreateOrUpdateKeyValue(ctx, cfg))
 }

@@ -38,7 +38,9 @@ type system struct {
 // service builds a service process; natsURL is its NATS URL list.
 func (s *system) service(bin, id, natsURL string, extra ...string) *proc {
 	http := s.pt.take()
-	args := []string{"--nats-url", natsURL, "--http-addr", http, "--replicas", "3", "--log-level", "info"}
+	// Its own debug port: the default (the HTTP port + 100) may be another
+	// service's HTTP port here.
+	args := []string{"--nats-url", natsURL, "--http-addr", http, "--debug-addr", s.pt.take(), "--replicas", "3", "--log-level", "info"}
 	args = append(args, extra...)
 	return &proc{
 		name: id, exe: filepath.Join(s.o.BinDir, bin), args: args,

@@ -14,10 +14,7 @@ package faults
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
-	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -26,6 +23,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/pilotwire/pilotwire/bench/internal/runner"
 )
 
 // proc is one child process that can be killed, paused and started again
@@ -224,26 +223,11 @@ type ports struct {
 }
 
 func newPorts(n int) (*ports, error) {
-	for range 200 {
-		base := 20000 + rand.IntN(12000-n)
-		var ls []net.Listener
-		ok := true
-		for i := range n {
-			l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(base+i))
-			if err != nil {
-				ok = false
-				break
-			}
-			ls = append(ls, l)
-		}
-		for _, l := range ls {
-			l.Close()
-		}
-		if ok {
-			return &ports{next: base}, nil
-		}
+	base, err := runner.FreePorts(n)
+	if err != nil {
+		return nil, err
 	}
-	return nil, errors.New("no block of free ports")
+	return &ports{next: base}, nil
 }
 
 func (p *ports) take() string {

@@ -129,10 +129,10 @@ func waitReady(ctx context.Context, pr *proc, url string, timeout time.Duration)
 	}
 }
 
-// freePorts returns n consecutive free loopback ports below the
+// FreePorts returns n consecutive free loopback ports below the
 // ephemeral range (so that the load generator's connections cannot take
 // them).
-func freePorts(n int) (int, error) {
+func FreePorts(n int) (int, error) {
 	for range 200 {
 		base := 20000 + rand.IntN(12000-n)
 		ok := true

@@ -17,7 +17,7 @@ import (
 // RecordsLab measures ingest and replay with bin/ingest and bin/ads on a
 // NATS server embedded in this process.
 func (p *Procs) RecordsLab() (RecordsLab, error) {
-	port, err := freePorts(1)
+	port, err := FreePorts(1)
 	if err != nil {
 		return nil, err
 	}
@@ -48,7 +48,7 @@ type procLab struct {
 }
 
 func (l *procLab) Ingest(ctx context.Context, prefix, dir string) (IngestRun, error) {
-	port, err := freePorts(1)
+	port, err := FreePorts(1)
 	if err != nil {
 		return IngestRun{}, err
 	}
@@ -83,7 +83,7 @@ func (l *procLab) Ingest(ctx context.Context, prefix, dir string) (IngestRun, er
 }
 
 func (l *procLab) Replay(ctx context.Context, prefix string) (time.Duration, error) {
-	port, err := freePorts(2)
+	port, err := FreePorts(2)
 	if err != nil {
 		return 0, err
 	}

@@ -21,7 +21,7 @@ func (oursSystem) Name() string { return "pilotwire" }
 func (s oursSystem) Start(ctx context.Context, dir string) (Instance, error) {
 	p := s.p
 	name := p.next("pilotwire")
-	base, err := freePorts(7)
+	base, err := FreePorts(7)
 	if err != nil {
 		return nil, err
 	}
@@ -146,7 +146,7 @@ func (s baselineSystem) Name() string {
 func (s baselineSystem) Start(ctx context.Context, dir string) (Instance, error) {
 	p := s.p
 	name := p.next(map[bool]string{true: "bare", false: "baseline"}[s.bare])
-	base, err := freePorts(2)
+	base, err := FreePorts(2)
 	if err != nil {
 		return nil, err
 	}

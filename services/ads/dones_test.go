@@ -2,6 +2,7 @@ package ads
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"testing"
 	"time"
@@ -88,9 +89,11 @@ func TestDoneBatches(t *testing.T) {
 			t.Errorf("order %d (%s) = %v", o.GetPushId(), o.GetConnId(), res)
 		}
 	}
-	if m := f.gauge("pilotwire_ads_push_done_batches_total"); m != float64(messages) {
-		t.Errorf("pilotwire_ads_push_done_batches_total = %v, want %d", m, messages)
-	}
+	// The counter moves once the publish has returned, which may be just
+	// after the message arrived here.
+	testutil.Eventually(t, fmt.Sprintf("pilotwire_ads_push_done_batches_total = %d", messages), func() bool {
+		return f.gauge("pilotwire_ads_push_done_batches_total") == float64(messages)
+	})
 	t.Logf("%d orders answered in %d PushDoneBatch messages", len(batch.Orders), messages)
 
 	kv, err := f.js.KeyValue(ctx, f.names.RegistryBucket())

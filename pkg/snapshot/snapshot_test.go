@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
 	"google.golang.org/protobuf/proto"
@@ -258,5 +260,55 @@ func TestPlanPurgesMovesOn(t *testing.T) {
 	// to purge; b and c do once the horizon passes them.
 	if plan := set.PlanPurges(seq, 0); len(plan) != 2 || plan[0].Subject != "b" || plan[1].Subject != "c" {
 		t.Errorf("a horizon past their last records plans %v, want b and c", plan)
+	}
+}
+
+// TestLatestWhenLastMessageLookupFails: listing an empty snapshot bucket
+// ends even when the bucket's last-message lookup fails. nats.go's object
+// store List waits forever in that case (it only marks the end of an
+// empty listing on a "not found" answer), and a frontend starting on a
+// freshly created 3-replica bucket, whose direct-get responders were not
+// up yet, stalled there with no log line. Here the lookup is denied.
+func TestLatestWhenLastMessageLookupFails(t *testing.T) {
+	url := natstest.StartWith(t, func(o *server.Options) {
+		all := &server.SubjectPermission{Allow: []string{">"}}
+		o.Users = []*server.User{
+			{Username: "admin", Password: "admin"},
+			{Username: "nodirect", Password: "nodirect", Permissions: &server.Permissions{
+				Publish:   &server.SubjectPermission{Allow: []string{">"}, Deny: []string{"$JS.API.DIRECT.GET.>"}},
+				Subscribe: all,
+			}},
+		}
+	})
+	ctx, cancel := context.WithTimeout(t.Context(), testutil.DefaultTimeout)
+	defer cancel()
+	names := bus.Names{Prefix: "pw"}
+	admin, err := nats.Connect(url, nats.UserInfo("admin", "admin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	ajs, _ := jetstream.New(admin)
+	if _, err := Ensure(ctx, ajs, names, bus.StreamOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	nc, err := nats.Connect(url, nats.UserInfo("nodirect", "nodirect"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	st, err := Open(ctx, js, names)
+	if err != nil || st == nil {
+		t.Fatalf("Open = %v, %v", st, err)
+	}
+	// Bounded well inside the test's own timeout, so that the old hang
+	// shows as this call's failure.
+	lctx, lcancel := context.WithTimeout(ctx, 20*time.Second)
+	defer lcancel()
+	in, err := st.Latest(lctx, 0, time.Time{})
+	if err != nil || in != nil {
+		t.Fatalf("Latest on an empty bucket = %v, %v; want none and no error", in, err)
 	}
 }

@@ -39,7 +39,9 @@ const horizonName = "horizon"
 
 // Store is the snapshot bucket.
 type Store struct {
-	os jetstream.ObjectStore
+	os     jetstream.ObjectStore
+	js     jetstream.JetStream
+	bucket string
 }
 
 // Ensure creates or opens the snapshot bucket.
@@ -48,7 +50,7 @@ func Ensure(ctx context.Context, js jetstream.JetStream, names bus.Names, o bus.
 	if err != nil {
 		return nil, err
 	}
-	return &Store{os: os}, nil
+	return &Store{os: os, js: js, bucket: names.SnapshotBucket()}, nil
 }
 
 // Open opens the snapshot bucket; nil (and no error) when there is none.
@@ -60,12 +62,30 @@ func Open(ctx context.Context, js jetstream.JetStream, names bus.Names) (*Store,
 	if err != nil {
 		return nil, fmt.Errorf("snapshot bucket: %w", err)
 	}
-	return &Store{os: os}, nil
+	return &Store{os: os, js: js, bucket: names.SnapshotBucket()}, nil
 }
+
+// listTimeout bounds one listing of the bucket's objects.
+const listTimeout = 30 * time.Second
 
 // List returns the stored snapshots, oldest first.
 func (s *Store) List(ctx context.Context) ([]Info, error) {
-	objs, err := s.os.List(ctx)
+	// nats.go's List ends an empty listing only when the bucket's
+	// last-message lookup answers "not found"; any other answer (no
+	// responders on a bucket whose replicas are still starting, a denied
+	// direct get) leaves it waiting for a message that never comes. So an
+	// empty bucket is recognised from the stream's own count of object
+	// descriptions first, and a listing is bounded.
+	n, err := s.descriptions(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if n == 0 {
+		return nil, nil
+	}
+	lctx, cancel := context.WithTimeout(ctx, listTimeout)
+	defer cancel()
+	objs, err := s.os.List(lctx)
 	if errors.Is(err, jetstream.ErrNoObjectsFound) {
 		return nil, nil
 	}
@@ -87,6 +107,20 @@ func (s *Store) List(ctx context.Context) ([]Info, error) {
 	}
 	slices.SortFunc(out, func(a, b Info) int { return compareSeq(a.Seq, b.Seq) })
 	return out, nil
+}
+
+// descriptions counts the object descriptions (one per live or deleted
+// object name) the bucket's stream holds.
+func (s *Store) descriptions(ctx context.Context) (int, error) {
+	stream, err := s.js.Stream(ctx, "OBJ_"+s.bucket)
+	if err != nil {
+		return 0, fmt.Errorf("snapshot bucket stream: %w", err)
+	}
+	info, err := stream.Info(ctx, jetstream.WithSubjectFilter("$O."+s.bucket+".M.>"))
+	if err != nil {
+		return 0, fmt.Errorf("snapshot bucket info: %w", err)
+	}
+	return len(info.State.Subjects), nil
 }
 
 // Latest returns the newest snapshot with Seq at most maxSeq (0: any) and

@@ -115,6 +115,7 @@ func runFrontend(t testing.TB, url, id string, tune func(*Config)) *frontend {
 	select {
 	case <-addr:
 	case err := <-errc:
+		errc <- err // the cleanup waits for both results
 		t.Fatalf("Run() = %v", err)
 	}
 	return f

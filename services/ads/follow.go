@@ -166,24 +166,22 @@ func (f *follower) startFrom(ctx context.Context, firstSeq uint64) (jetstream.Or
 	if f.ignoreSnapshots {
 		return cfg, 0, nil
 	}
-	st, err := snapshot.Open(ctx, f.js, f.names)
-	if err != nil || st == nil {
-		return cfg, 0, err
-	}
-	in, err := st.Latest(ctx, 0, time.Time{})
-	if err != nil || in == nil {
-		return cfg, 0, err
-	}
-	if firstSeq > in.Seq+1 {
-		f.log.Error("the change stream lost records after the newest snapshot; starting from the stream instead", "snapshot_seq", in.Seq, "first_seq", firstSeq)
+	in, err := f.loadSnapshot(ctx, firstSeq)
+	if err != nil {
+		if ctx.Err() != nil {
+			return cfg, 0, err
+		}
+		// A snapshot only shortens the start. Whatever of it was applied
+		// is still right: each object it holds was live at its sequence,
+		// so the object's last record on the stream is at or after it
+		// (compaction keeps the last record of live objects), and the
+		// consumer below delivers that record again or a later one.
+		f.metrics.snapshotUnusable.Inc()
+		f.log.Error("snapshot not usable; starting from the change stream instead", "err", err)
 		return cfg, 0, nil
 	}
-	err = st.Read(ctx, *in, func(r snapshot.Record) error {
-		f.apply(r.Subject, r.Seq, r.Data)
-		return nil
-	})
-	if err != nil {
-		return cfg, 0, fmt.Errorf("load snapshot: %w", err)
+	if in == nil {
+		return cfg, 0, nil
 	}
 	f.gate.advance(in.Seq)
 	f.metrics.appliedSeq.Set(float64(in.Seq))
@@ -191,6 +189,31 @@ func (f *follower) startFrom(ctx context.Context, firstSeq uint64) (jetstream.Or
 	f.reportProblems()
 	cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, in.Seq+1
 	return cfg, in.Seq, nil
+}
+
+// loadSnapshot applies the newest snapshot the stream follows on from and
+// returns it, or nil when there is none to use.
+func (f *follower) loadSnapshot(ctx context.Context, firstSeq uint64) (*snapshot.Info, error) {
+	st, err := snapshot.Open(ctx, f.js, f.names)
+	if err != nil || st == nil {
+		return nil, err
+	}
+	in, err := st.Latest(ctx, 0, time.Time{})
+	if err != nil || in == nil {
+		return nil, err
+	}
+	if firstSeq > in.Seq+1 {
+		f.log.Error("the change stream lost records after the newest snapshot; starting from the stream instead", "snapshot_seq", in.Seq, "first_seq", firstSeq)
+		return nil, nil
+	}
+	err = st.Read(ctx, *in, func(r snapshot.Record) error {
+		f.apply(r.Subject, r.Seq, r.Data)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("load snapshot: %w", err)
+	}
+	return in, nil
 }
 
 // apply decodes and applies one record; a bad one is logged and counted

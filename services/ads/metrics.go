@@ -8,36 +8,37 @@ import (
 
 // metrics of one frontend, named like Istio's where Istio has the same thing.
 type metrics struct {
-	connections     *prometheus.GaugeVec
-	pushes          *prometheus.CounterVec
-	rejects         *prometheus.CounterVec
-	expiredNonce    *prometheus.CounterVec
-	sendErrors      *prometheus.CounterVec
-	badRequests     *prometheus.CounterVec
-	shed            *prometheus.CounterVec
-	badRecords      prometheus.Counter
-	appliedSeq      prometheus.Gauge
-	snapshotSeq     prometheus.Gauge
-	orders          *prometheus.CounterVec
-	orderSeqs       *prometheus.CounterVec
-	ordersDropped   prometheus.Counter
-	responseBytes   *prometheus.CounterVec
-	registryErrors  prometheus.Counter
-	deliveryDrops   prometheus.Counter
-	admitRejects    prometheus.Counter
-	admitWaiting    prometheus.Gauge
-	admitWait       prometheus.Histogram
-	convergence     prometheus.Histogram
-	pushTime        *prometheus.HistogramVec
-	sendTime        prometheus.Histogram
-	configSize      *prometheus.HistogramVec
-	deferred        *prometheus.CounterVec
-	reregistrations prometheus.Counter
-	doneErrors      prometheus.Counter
-	doneMessages    prometheus.Counter
-	generateErrors  *prometheus.CounterVec
-	routers         prometheus.Counter
-	internalErrors  prometheus.Counter
+	connections      *prometheus.GaugeVec
+	pushes           *prometheus.CounterVec
+	rejects          *prometheus.CounterVec
+	expiredNonce     *prometheus.CounterVec
+	sendErrors       *prometheus.CounterVec
+	badRequests      *prometheus.CounterVec
+	shed             *prometheus.CounterVec
+	badRecords       prometheus.Counter
+	appliedSeq       prometheus.Gauge
+	snapshotSeq      prometheus.Gauge
+	snapshotUnusable prometheus.Counter
+	orders           *prometheus.CounterVec
+	orderSeqs        *prometheus.CounterVec
+	ordersDropped    prometheus.Counter
+	responseBytes    *prometheus.CounterVec
+	registryErrors   prometheus.Counter
+	deliveryDrops    prometheus.Counter
+	admitRejects     prometheus.Counter
+	admitWaiting     prometheus.Gauge
+	admitWait        prometheus.Histogram
+	convergence      prometheus.Histogram
+	pushTime         *prometheus.HistogramVec
+	sendTime         prometheus.Histogram
+	configSize       *prometheus.HistogramVec
+	deferred         *prometheus.CounterVec
+	reregistrations  prometheus.Counter
+	doneErrors       prometheus.Counter
+	doneMessages     prometheus.Counter
+	generateErrors   *prometheus.CounterVec
+	routers          prometheus.Counter
+	internalErrors   prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -74,6 +75,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 		appliedSeq: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "pilotwire_ads_applied_seq", Help: "Change-stream sequence the model has applied.",
+		}),
+		snapshotUnusable: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pilotwire_ads_snapshot_unusable_total", Help: "Starts that found a snapshot they could not list or read, and read the change stream instead.",
 		}),
 		snapshotSeq: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "pilotwire_ads_bootstrap_snapshot_seq", Help: "Sequence of the snapshot the model started from (0: it read the stream).",
@@ -147,7 +151,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		Name: "pilotwire_xds_marshals_total", Help: "xDS resources marshalled (once per resource version, shared by every proxy).",
 	}, func() float64 { return float64(xdsgen.Marshals()) })
 	reg.MustRegister(marshals, m.routers, m.connections, m.pushes, m.rejects, m.expiredNonce, m.sendErrors, m.badRequests, m.shed,
-		m.badRecords, m.appliedSeq, m.snapshotSeq, m.orders, m.orderSeqs, m.ordersDropped, m.responseBytes, m.registryErrors,
+		m.badRecords, m.appliedSeq, m.snapshotSeq, m.snapshotUnusable, m.orders, m.orderSeqs, m.ordersDropped, m.responseBytes, m.registryErrors,
 		m.deliveryDrops, m.admitRejects, m.admitWaiting, m.admitWait, m.convergence, m.pushTime, m.sendTime, m.configSize, m.deferred, m.reregistrations, m.doneErrors, m.doneMessages, m.generateErrors)
 	return m
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,8 +12,10 @@ import (
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	resource "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/pilotwire/pilotwire/internal/testkit/testutil"
+	"github.com/pilotwire/pilotwire/pkg/bus"
 	"github.com/pilotwire/pilotwire/pkg/snapshot"
 	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
 )
@@ -134,4 +137,43 @@ func fetchConfig(ctx context.Context, t *testing.T, addr string, node *core.Node
 	ask(resource.EndpointType, eds)
 	ask(resource.ListenerType, nil)
 	return out
+}
+
+// TestFrontendStartsWithoutAReadableSnapshot: a snapshot that cannot be
+// read (here a corrupt object under a snapshot's name) is logged, counted
+// and skipped: the frontend starts from the stream and serves the same
+// model. Before, Run failed with "load snapshot" and the frontend exited,
+// on every restart, until someone deleted the object.
+func TestFrontendStartsWithoutAReadableSnapshot(t *testing.T) {
+	f := startFrontend(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.DefaultTimeout)
+	defer cancel()
+	f.publish(t, pb.Op_OP_ADD, "", "Service", service("shop", "cart", 80))
+	last := f.publish(t, pb.Op_OP_ADD, "discovery.k8s.io", "EndpointSlice", slice("shop", "cart", 8080, "10.1.0.1"))
+	if _, err := snapshot.Ensure(ctx, f.js, f.names, bus.StreamOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	os, err := f.js.ObjectStore(ctx, f.names.SnapshotBucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Put(ctx, jetstream.ObjectMeta{
+		Name:     fmt.Sprintf("changes-%020d", last),
+		Metadata: map[string]string{"seq": fmt.Sprint(last), "time": time.Now().UTC().Format(time.RFC3339Nano), "objects": "2"},
+	}, strings.NewReader("not a snapshot")); err != nil {
+		t.Fatal(err)
+	}
+
+	fe := runFrontend(t, f.url, "fe-corrupt", nil)
+	fe.waitApplied(t, last)
+	if got := fe.gauge("pilotwire_ads_bootstrap_snapshot_seq"); got != 0 {
+		t.Fatalf("started from snapshot %v, want the stream", got)
+	}
+	if got := fe.gauge("pilotwire_ads_snapshot_unusable_total"); got != 1 {
+		t.Fatalf("pilotwire_ads_snapshot_unusable_total = %v, want 1", got)
+	}
+	got := fetchConfig(ctx, t, fe.addr, &core.Node{Id: "sidecar~10.0.0.1~a-0.default~default.svc.cluster.local"})
+	if n := len(got[resource.EndpointType].GetResources()); n != 1 {
+		t.Fatalf("%d load assignments, want the one of shop/cart", n)
+	}
 }

@@ -152,7 +152,18 @@ func (n Names) RegistryConfig(o StreamOptions) jetstream.KeyValueConfig {
 // Watchers see the removal as a purge; after ttl nothing of the key is
 // left.
 func RemoveKey(ctx context.Context, kv jetstream.KeyValue, key string, ttl time.Duration) error {
-	if err := kv.Purge(ctx, key, jetstream.PurgeTTL(ttl)); err != nil {
+	return RemoveKeyAt(ctx, kv, key, 0, ttl)
+}
+
+// RemoveKeyAt is RemoveKey only if the key's latest revision is rev (0:
+// any); otherwise it fails with jetstream.ErrKeyRevisionMismatch and the
+// key keeps its newer value.
+func RemoveKeyAt(ctx context.Context, kv jetstream.KeyValue, key string, rev uint64, ttl time.Duration) error {
+	opts := []jetstream.KVDeleteOpt{jetstream.PurgeTTL(ttl)}
+	if rev != 0 {
+		opts = append(opts, jetstream.LastRevision(rev))
+	}
+	if err := kv.Purge(ctx, key, opts...); err != nil {
 		return fmt.Errorf("remove key %s: %w", key, err)
 	}
 	return nil

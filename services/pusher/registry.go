@@ -77,7 +77,14 @@ func (p *Pusher) applyEntry(e jetstream.KeyValueEntry) {
 	case bus.FrontendKeyKind:
 		if deleted {
 			p.forgetFrontendLocked(fe)
+			delete(p.feRevs, fe)
 			return
+		}
+		p.feRevs[fe] = e.Revision()
+		if _, ok := p.cleanups[fe]; ok {
+			// Alive after all: its entries stay.
+			delete(p.cleanups, fe)
+			p.log.Info("frontend heard from again: its registry entries are kept", "frontend", fe)
 		}
 		info := &pb.FrontendInfo{}
 		if err := proto.Unmarshal(e.Value(), info); err != nil {
@@ -114,6 +121,7 @@ func (p *Pusher) applyEntry(e jetstream.KeyValueEntry) {
 			p.conns[conn] = c
 			p.m.connections.Set(float64(len(p.conns)))
 		}
+		c.rev = e.Revision()
 		if ok && !sameWatches(c.info, info) {
 			// Pushes scoped against the old watches may have skipped what
 			// the new ones need (an entry written after a push for a
@@ -155,14 +163,15 @@ func sameWatches(a, b *pb.ConnectionInfo) bool {
 	return true
 }
 
-// forgetFrontendLocked drops a frontend and every connection it held.
-func (p *Pusher) forgetFrontendLocked(fe string) []string {
+// forgetFrontendLocked drops a frontend and every connection it held, and
+// returns those connections with the revisions of their registry entries.
+func (p *Pusher) forgetFrontendLocked(fe string) map[string]uint64 {
 	delete(p.frontends, fe)
-	var gone []string
+	gone := make(map[string]uint64)
 	for id, c := range p.conns {
 		if c.info.GetFrontend() == fe {
+			gone[id] = c.rev
 			p.forgetConnLocked(id)
-			gone = append(gone, id)
 		}
 	}
 	p.queues.drop(fe)

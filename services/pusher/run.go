@@ -72,6 +72,11 @@ type Pusher struct {
 	// the registry (relearn)
 	forgotten  map[string]time.Time
 	relearn    map[string]bool
+	// feRevs: the registry revision of each frontend's entry last seen;
+	// cleanups: the registry entries of forgotten frontends still to
+	// remove (cleanFrontends).
+	feRevs   map[string]uint64
+	cleanups map[string]*cleanup
 	conns      map[string]*connState
 	latest     uint64 // through_seq of the latest PushRequest
 	synced     bool   // registry's initial values are loaded
@@ -166,6 +171,8 @@ func runActive(ctx, leaseCtx context.Context, cfg Config, names bus.Names, pushe
 		frontends: make(map[string]time.Time),
 		forgotten: make(map[string]time.Time),
 		relearn:   make(map[string]bool),
+		feRevs:    make(map[string]uint64),
+		cleanups:  make(map[string]*cleanup),
 		conns:     make(map[string]*connState),
 		inflight:  make(map[uint64]*inflight),
 	}

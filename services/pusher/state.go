@@ -9,6 +9,8 @@ import (
 // connState is one connection as the pusher sees it.
 type connState struct {
 	info *pb.ConnectionInfo
+	// rev is the registry revision of the entry info came from.
+	rev uint64
 	// what its config reflects: the registry's and the done reports'
 	// synced_seq, and the requests scoped out for it
 	syncState

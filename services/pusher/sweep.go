@@ -2,7 +2,9 @@ package pusher
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"maps"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -38,38 +40,116 @@ const forgetFor = time.Hour
 
 func (p *Pusher) expireFrontends(ctx context.Context) {
 	now := p.now()
-	type dead struct {
-		fe    string
-		conns []string
-	}
-	var deads []dead
 	p.mu.Lock()
 	for id, at := range p.forgotten {
 		if now.Sub(at) > forgetFor {
 			delete(p.forgotten, id)
 		}
 	}
+	for id, c := range p.cleanups {
+		if now.Sub(c.since) > forgetFor {
+			delete(p.cleanups, id)
+			p.log.Error("gave up removing the registry entries of a dead frontend", "frontend", id, "entries", len(c.conns)+1, "after", forgetFor)
+		}
+	}
 	for id, seen := range p.frontends {
 		if now.Sub(seen) > p.cfg.FrontendTimeout {
-			deads = append(deads, dead{fe: id, conns: p.forgetFrontendLocked(id)})
+			conns := p.forgetFrontendLocked(id)
 			p.forgotten[id] = now
+			p.cleanups[id] = &cleanup{feRev: p.feRevs[id], conns: conns, since: now}
+			p.log.Warn("frontend dead, forgetting its connections", "frontend", id, "connections", len(conns))
 		}
 	}
 	p.mu.Unlock()
-	for _, d := range deads {
-		p.log.Warn("frontend dead, forgetting its connections", "frontend", d.fe, "connections", len(d.conns))
-		// Clean its entries so a restarted pusher does not see them.
-		keys := []string{bus.FrontendKey(d.fe)}
-		for _, c := range d.conns {
-			keys = append(keys, bus.ConnKey(d.fe, c))
+	p.cleanFrontends(ctx)
+}
+
+// cleanup is what is left to remove of a forgotten frontend's registry
+// entries: its own entry at feRev (0: none seen) and its connections'
+// entries at the revisions last seen.
+type cleanup struct {
+	feRev uint64
+	conns map[string]uint64
+	since time.Time
+}
+
+// cleanFrontends removes the registry entries of forgotten frontends, so a
+// restarted pusher does not see them. A frontend that is alive after all
+// (its heartbeats only stopped reaching the registry) must keep them, or
+// its proxies are never pushed again, so removals are conditional:
+//   - its own entry first, and only at the revision last seen: a newer
+//     heartbeat keeps it, and the cleanup ends there;
+//   - its connections' entries only once its own is gone (which a live
+//     frontend notices, and then writes them all again), each only at the
+//     revision last seen, so one written again meanwhile stays.
+//
+// A removal that fails for another reason is logged, counted and retried
+// on the next sweep.
+func (p *Pusher) cleanFrontends(ctx context.Context) {
+	p.mu.Lock()
+	todo := make(map[string]cleanup, len(p.cleanups))
+	for fe, c := range p.cleanups {
+		todo[fe] = cleanup{feRev: c.feRev, conns: maps.Clone(c.conns)}
+	}
+	p.mu.Unlock()
+	for fe, c := range todo {
+		if ctx.Err() != nil {
+			return
 		}
-		for _, k := range keys {
-			if err := bus.RemoveKey(ctx, p.kv, k, bus.RegistryMarkerTTL); err != nil && ctx.Err() == nil {
-				p.m.registryErrors.Inc()
-				p.log.Warn("clean registry entry of a dead frontend", "key", k, "err", err)
+		feDone, left := p.removeEntries(ctx, fe, c)
+		p.mu.Lock()
+		if cur, ok := p.cleanups[fe]; ok {
+			if feDone {
+				cur.feRev = 0
+			}
+			if left == nil {
+				delete(p.cleanups, fe)
+			} else {
+				cur.conns = left
 			}
 		}
+		p.mu.Unlock()
 	}
+}
+
+// removeEntries makes one pass over a cleanup. It reports whether the
+// frontend's own entry is gone and returns the connection entries still to
+// remove (nil: none, the cleanup is over).
+func (p *Pusher) removeEntries(ctx context.Context, fe string, c cleanup) (bool, map[string]uint64) {
+	key := bus.FrontendKey(fe)
+	if c.feRev != 0 {
+		err := bus.RemoveKeyAt(ctx, p.kv, key, c.feRev, bus.RegistryMarkerTTL)
+		switch {
+		case errors.Is(err, jetstream.ErrKeyRevisionMismatch):
+			p.log.Info("frontend wrote its registry entry again: its entries are kept", "frontend", fe)
+			return false, nil
+		case err != nil:
+			if ctx.Err() == nil {
+				p.m.registryErrors.Inc()
+				p.log.Warn("clean registry entry of a dead frontend, retrying", "key", key, "err", err)
+			}
+			return false, c.conns
+		}
+	}
+	left := make(map[string]uint64)
+	for conn, rev := range c.conns {
+		key := bus.ConnKey(fe, conn)
+		err := bus.RemoveKeyAt(ctx, p.kv, key, rev, bus.RegistryMarkerTTL)
+		switch {
+		case err == nil, errors.Is(err, jetstream.ErrKeyRevisionMismatch):
+			// Removed, or written again since: either way not ours to remove.
+		default:
+			if ctx.Err() == nil {
+				p.m.registryErrors.Inc()
+				p.log.Warn("clean registry entry of a dead frontend, retrying", "key", key, "err", err)
+			}
+			left[conn] = rev
+		}
+	}
+	if len(left) == 0 {
+		return true, nil
+	}
+	return true, left
 }
 
 // relearnFrontends reads back from the registry the connections of every

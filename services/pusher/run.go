@@ -70,13 +70,13 @@ type Pusher struct {
 	// forgotten: frontends expired for a silent heartbeat, and when (kept
 	// forgetFor); one heard from again has its connections read back from
 	// the registry (relearn)
-	forgotten  map[string]time.Time
-	relearn    map[string]bool
+	forgotten map[string]time.Time
+	relearn   map[string]bool
 	// feRevs: the registry revision of each frontend's entry last seen;
 	// cleanups: the registry entries of forgotten frontends still to
 	// remove (cleanFrontends).
-	feRevs   map[string]uint64
-	cleanups map[string]*cleanup
+	feRevs     map[string]uint64
+	cleanups   map[string]*cleanup
 	conns      map[string]*connState
 	latest     uint64 // through_seq of the latest PushRequest
 	synced     bool   // registry's initial values are loaded

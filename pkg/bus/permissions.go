@@ -120,10 +120,16 @@ func (n Names) ReaderPermissions(user string) Permissions {
 	return p
 }
 
+// PasswordEnv is the environment variable ServerConfig reads user's
+// password from: PILOTWIRE_<USER>_PASSWORD, upper case, '-' as '_'.
+func PasswordEnv(user string) string {
+	return "PILOTWIRE_" + strings.ToUpper(strings.ReplaceAll(user, "-", "_")) + "_PASSWORD"
+}
+
 // ServerConfig renders users as a nats-server config block: one account
 // (with JetStream) holding one user per service, each with a password
-// read from an environment variable named after it
-// (PILOTWIRE_<USER>_PASSWORD, "-" as "_"), and an admin user.
+// read from an environment variable named after it (PasswordEnv), and an
+// admin user.
 func ServerConfig(account string, users []Permissions) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "accounts {\n  %s {\n    jetstream: enabled\n    users: [\n", account)
@@ -135,14 +141,13 @@ func ServerConfig(account string, users []Permissions) string {
 		return strings.Join(q, ", ")
 	}
 	for _, u := range users {
-		env := "PILOTWIRE_" + strings.ToUpper(strings.ReplaceAll(u.User, "-", "_")) + "_PASSWORD"
-		fmt.Fprintf(&b, "      { user: %q, password: $%s, permissions: {\n", u.User, env)
+		fmt.Fprintf(&b, "      { user: %q, password: $%s, permissions: {\n", u.User, PasswordEnv(u.User))
 		fmt.Fprintf(&b, "          publish: { allow: [%s] }\n", quote(u.Publish))
 		fmt.Fprintf(&b, "          subscribe: { allow: [%s] }\n", quote(u.Subscribe))
 		b.WriteString("      } }\n")
 	}
 	b.WriteString("      # streams apply, nats CLI: the whole account\n")
-	b.WriteString("      { user: \"admin\", password: $PILOTWIRE_ADMIN_PASSWORD }\n")
+	fmt.Fprintf(&b, "      { user: \"admin\", password: $%s }\n", PasswordEnv("admin"))
 	b.WriteString("    ]\n  }\n}\n")
 	return b.String()
 }

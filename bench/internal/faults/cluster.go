@@ -33,7 +33,7 @@ type natsNode struct {
 // are not told the other nodes' addresses (no_advertise): each service
 // gets the list it should use, so that a frontend behind the cut proxy
 // cannot reach NATS around it.
-func startCluster(exe, dir string, pt *ports) (*cluster, error) {
+func startCluster(exe, dir string, pt *ports, au *auth) (*cluster, error) {
 	c := &cluster{}
 	var routes []string
 	type addrs struct{ client, cluster, monitor string }
@@ -64,13 +64,13 @@ cluster {
   routes: [%s]
   no_advertise: true
 }
-`, name, a.client, a.monitor, store, a.cluster, strings.Join(routes, ", "))
+%s`, name, a.client, a.monitor, store, a.cluster, strings.Join(routes, ", "), au.serverConfig())
 		path := filepath.Join(dir, name+".conf")
 		if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
 			return nil, err
 		}
 		n := &natsNode{name: name, client: a.client, monitor: a.monitor, p: &proc{
-			name: name, exe: exe, args: []string{"-c", path}, logPath: filepath.Join(dir, name+".log"),
+			name: name, exe: exe, args: []string{"-c", path}, logPath: filepath.Join(dir, name+".log"), env: au.env(),
 		}}
 		c.nodes = append(c.nodes, n)
 	}
@@ -230,8 +230,8 @@ func streamsCurrent(ctx context.Context, js jetstream.JetStream, set streamSet) 
 }
 
 // connect opens the harness's own client connection to the cluster.
-func connect(urls string) (*nats.Conn, jetstream.JetStream, error) {
-	nc, err := nats.Connect(urls, nats.Name("faults-harness"), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
+func connect(urls, password string) (*nats.Conn, jetstream.JetStream, error) {
+	nc, err := nats.Connect(urls, nats.Name("faults-harness"), nats.UserInfo("admin", password), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
 	if err != nil {
 		return nil, nil, fmt.Errorf("connect %s: %w", urls, err)
 	}

@@ -36,7 +36,8 @@ type proc struct {
 	exe     string
 	args    []string
 	logPath string
-	http    string // host:port of /readyz and /metrics; "" for none
+	http    string   // host:port of /readyz and /metrics; "" for none
+	env     []string // added to the harness's environment
 
 	// guarded by mu
 	mu   sync.Mutex
@@ -56,6 +57,9 @@ func (p *proc) start() error {
 	}
 	fmt.Fprintf(f, "---- faults: start %s at %s\n", p.name, time.Now().Format(time.RFC3339Nano))
 	cmd := exec.Command(p.exe, p.args...)
+	if len(p.env) > 0 {
+		cmd.Env = append(os.Environ(), p.env...)
+	}
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {

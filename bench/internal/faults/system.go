@@ -23,6 +23,7 @@ type system struct {
 	set   streamSet
 	dir   string // the YAML directory ingest watches
 	pt    *ports
+	auth  *auth
 
 	cl         *cluster
 	cut        *cutProxy
@@ -41,6 +42,7 @@ func (s *system) service(bin, id, natsURL string, extra ...string) *proc {
 	// Its own debug port: the default (the HTTP port + 100) may be another
 	// service's HTTP port here.
 	args := []string{"--nats-url", natsURL, "--http-addr", http, "--debug-addr", s.pt.take(), "--replicas", "3", "--log-level", "info"}
+	args = append(args, s.auth.args(id)...)
 	args = append(args, extra...)
 	return &proc{
 		name: id, exe: filepath.Join(s.o.BinDir, bin), args: args,

@@ -39,6 +39,11 @@ type Elector struct {
 	// held by another instance (holder is the lease's value), so that a
 	// standby can say so (readiness, status).
 	Waiting func(holder string)
+
+	// ownRev is the revision of the lease entry this elector last wrote
+	// while active, kept after it stood by for failed renewals (0: none).
+	// Owned by Run's goroutine.
+	ownRev uint64
 }
 
 // ErrLost is the cause of the work context's cancellation when the lease
@@ -118,6 +123,24 @@ func (e *Elector) tryAcquire(ctx context.Context, observedRev *uint64, observedA
 			}
 		}()
 	}
+	if own := e.ownRev; own != 0 {
+		e.ownRev = 0
+		if entry.Revision() == own && string(entry.Value()) == e.Holder {
+			// Still the entry it wrote before it stood by for failed
+			// renewals: nobody has taken the lease since, and it runs no
+			// work, so it may take it back without waiting out the TTL.
+			// The compare-and-set fails if a standby takes it first.
+			rev, err := e.KV.Update(ctx, e.Key, []byte(e.Holder), own)
+			if err == nil {
+				e.Log.Info("lease taken back after failed renewals", "key", e.Key)
+				return rev, true, nil
+			}
+			if !isConflict(err) {
+				e.ownRev = own // the bucket may still be failing: try again next round
+				return 0, false, fmt.Errorf("take back lease %s: %w", e.Key, err)
+			}
+		}
+	}
 	now := e.Now()
 	if entry.Revision() != *observedRev {
 		*observedRev, *observedAt = entry.Revision(), now
@@ -185,6 +208,7 @@ func (e *Elector) lead(ctx context.Context, rev uint64, sent time.Time, tick *ti
 		case <-expire.C:
 			// Cannot renew in time: a standby may take over soon, so stop
 			// before it does.
+			e.ownRev = rev
 			return standBy("lease not renewed in time: standing by")
 		case <-tick.C:
 		}
@@ -199,6 +223,7 @@ func (e *Elector) lead(ctx context.Context, rev uint64, sent time.Time, tick *ti
 		case isConflict(err):
 			return standBy("lease lost to another holder: standing by")
 		case !e.Now().Before(validUntil):
+			e.ownRev = rev
 			return standBy("lease not renewed in time: standing by", "err", err)
 		default:
 			e.Log.Warn("lease renewal failed, retrying", "key", e.Key, "err", err)

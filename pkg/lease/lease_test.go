@@ -238,3 +238,105 @@ func TestRevisionFencesHolders(t *testing.T) {
 		t.Errorf("Revision outside work = %d, want 0", got)
 	}
 }
+
+// failingUpdateKV fails every Update while failing is set, as while the
+// bucket's stream has no leader.
+type failingUpdateKV struct {
+	jetstream.KeyValue
+	failing *atomic.Bool
+}
+
+func (kv failingUpdateKV) Update(ctx context.Context, key string, value []byte, last uint64) (uint64, error) {
+	if kv.failing.Load() {
+		return 0, errors.New("nats: no response from stream")
+	}
+	return kv.KeyValue.Update(ctx, key, value, last)
+}
+
+// TestHolderRetakesItsOwnLease: a holder that stood by because its
+// renewals failed (the bucket lost its leader) takes its lease back as
+// soon as the bucket answers, if nobody wrote it since: the entry is still
+// the one it wrote, and it is running no work, so nobody can overlap.
+// Before, it waited a whole TTL on its own clock like any standby, which
+// the fault matrix paid after every NATS node loss (ingest, debouncer and
+// pusher all stood by together). The clock is frozen once it stands by,
+// so a wait for the TTL never ends.
+func TestHolderRetakesItsOwnLease(t *testing.T) {
+	url := natstest.Start(t)
+	var failing atomic.Bool
+	var frozen atomic.Pointer[time.Time]
+	now := func() time.Time {
+		if f := frozen.Load(); f != nil {
+			return *f
+		}
+		return time.Now()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	in := &instance{cancel: cancel, done: make(chan error, 1)}
+	e := &Elector{KV: failingUpdateKV{KeyValue: bucket(t, url), failing: &failing}, Key: "debouncer", Holder: "a",
+		TTL: 1500 * time.Millisecond, Log: slog.New(slog.DiscardHandler), Now: now}
+	go func() {
+		in.done <- e.Run(ctx, func(ctx context.Context) error {
+			in.started.Add(1)
+			in.active.Store(true)
+			<-ctx.Done()
+			in.active.Store(false)
+			return nil
+		})
+	}()
+	t.Cleanup(func() { cancel(); <-in.done })
+	testutil.Eventually(t, "a active", in.active.Load)
+	failing.Store(true)
+	testutil.Eventually(t, "a stands by", func() bool { return !in.active.Load() })
+	f := time.Now()
+	frozen.Store(&f)
+	failing.Store(false)
+	testutil.Eventually(t, "a active again", func() bool { return in.active.Load() && in.started.Load() == 2 })
+}
+
+// TestRetakeLosesToATakeOver: a holder that stood by does not take back
+// a lease someone else took meanwhile.
+func TestRetakeLosesToATakeOver(t *testing.T) {
+	url := natstest.Start(t)
+	var failing atomic.Bool
+	kv := bucket(t, url)
+	ctx, cancel := context.WithCancel(context.Background())
+	in := &instance{cancel: cancel, done: make(chan error, 1)}
+	e := &Elector{KV: failingUpdateKV{KeyValue: kv, failing: &failing}, Key: "debouncer", Holder: "a",
+		TTL: 1500 * time.Millisecond, Log: slog.New(slog.DiscardHandler)}
+	go func() {
+		in.done <- e.Run(ctx, func(ctx context.Context) error {
+			in.started.Add(1)
+			in.active.Store(true)
+			<-ctx.Done()
+			in.active.Store(false)
+			return nil
+		})
+	}()
+	t.Cleanup(func() { cancel(); <-in.done })
+	testutil.Eventually(t, "a active", in.active.Load)
+	failing.Store(true)
+	testutil.Eventually(t, "a stands by", func() bool { return !in.active.Load() })
+	// b takes the lease over (as after the TTL) while a cannot write.
+	entry, err := kv.Get(context.Background(), "debouncer")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Update(context.Background(), "debouncer", []byte("b"), entry.Revision()); err != nil {
+		t.Fatal(err)
+	}
+	failing.Store(false)
+	// a keeps campaigning and must see b's entry, not take it: b's entry
+	// stays, rewritten by nobody, over several campaign rounds.
+	sample := time.NewTicker(5 * time.Millisecond)
+	defer sample.Stop()
+	for end := time.Now().Add(time.Second); time.Now().Before(end); <-sample.C {
+		if in.active.Load() {
+			t.Fatal("a took back a lease b holds")
+		}
+	}
+	got, err := kv.Get(context.Background(), "debouncer")
+	if err != nil || string(got.Value()) != "b" {
+		t.Fatalf("lease = %v, %v; want b's", got, err)
+	}
+}

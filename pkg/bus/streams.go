@@ -207,13 +207,17 @@ func (n Names) SnapshotsConfig(o StreamOptions) jetstream.ObjectStoreConfig {
 	}
 }
 
-// EnsureObjectStore creates an object store bucket, or opens it when it
-// exists (its config is left as it is).
+// EnsureObjectStore opens the object store cfg names, creating it when
+// missing; an existing one is never changed (see EnsureStream), and a
+// failure to open one is returned as it is, not taken for "missing".
 func EnsureObjectStore(ctx context.Context, js jetstream.JetStream, cfg jetstream.ObjectStoreConfig) (jetstream.ObjectStore, error) {
-	if os, err := js.ObjectStore(ctx, cfg.Bucket); err == nil {
-		return os, nil
+	os, err := js.ObjectStore(ctx, cfg.Bucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {
+		os, err = js.CreateObjectStore(ctx, cfg)
+		if errors.Is(err, jetstream.ErrBucketExists) || errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) { // created meanwhile
+			os, err = js.ObjectStore(ctx, cfg.Bucket)
+		}
 	}
-	os, err := js.CreateOrUpdateObjectStore(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("ensure object store %s: %w", cfg.Bucket, err)
 	}

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"log/slog"
 	"runtime"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -31,6 +33,9 @@ type registry struct {
 	applied   func() uint64
 	pushRate  func() float64              // orders completed per busy second (nil: unknown)
 	all       func() []*pb.ConnectionInfo // every connection's latest view
+	// ownConns prefixes the ids of this process's connections (its
+	// incarnation); removeStale leaves their entries alone.
+	ownConns string
 
 	// guarded by mu
 	mu       sync.Mutex
@@ -189,14 +194,18 @@ func (r *registry) flush(ctx context.Context) {
 }
 
 // removeStale removes the connection entries found under this frontend's
-// id before it serves any: they belong to an earlier process with the same
-// id that did not deregister (killed, or lost its NATS connection at
-// shutdown). Left behind, the pusher would keep pushing those dead
-// connections, and its in-flight orders for them would hold this
-// frontend's throttle slots until they time out. Best effort: a failure is
-// logged and counted, and the pusher's resync copes with what is left.
+// id that belong to an earlier process with the same id that did not
+// deregister (killed, or lost its NATS connection at shutdown). Left
+// behind, the pusher would keep pushing those dead connections, and its
+// in-flight orders for them would hold this frontend's throttle slots
+// until they time out. It runs while this process already serves (every
+// restart used to wait for it: 2 s for 167 entries in the fault matrix,
+// while the proxies backed off further), so it skips this process's own
+// connections, and removes several entries at a time. Best effort: a
+// failure is logged and counted, and the pusher's resync copes with what
+// is left.
 func (r *registry) removeStale(ctx context.Context) {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	lister, err := r.kv.ListKeysFiltered(ctx, "conn."+bus.EscapeToken(r.fe.GetId())+".>")
 	if err != nil {
@@ -204,19 +213,39 @@ func (r *registry) removeStale(ctx context.Context) {
 		r.log.Warn("list connection entries of an earlier process", "err", err)
 		return
 	}
-	n := 0
+	keys := make(chan string)
+	var removed atomic.Int64
+	var wg sync.WaitGroup
+	for range staleRemovers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := range keys {
+				if err := bus.RemoveKey(ctx, r.kv, k, bus.RegistryMarkerTTL); err != nil {
+					r.metrics.registryErrors.Inc()
+					r.log.Warn("remove connection entry of an earlier process", "key", k, "err", err)
+					continue
+				}
+				removed.Add(1)
+			}
+		}()
+	}
 	for k := range lister.Keys() {
-		if err := bus.RemoveKey(ctx, r.kv, k, bus.RegistryMarkerTTL); err != nil {
-			r.metrics.registryErrors.Inc()
-			r.log.Warn("remove connection entry of an earlier process", "key", k, "err", err)
+		if _, _, conn, ok := bus.ParseRegistryKey(k); ok && r.ownConns != "" && strings.HasPrefix(conn, r.ownConns) {
 			continue
 		}
-		n++
+		keys <- k
 	}
-	if n > 0 {
+	close(keys)
+	wg.Wait()
+	if n := removed.Load(); n > 0 {
 		r.log.Info("removed connection entries an earlier process with this frontend id left", "entries", n)
 	}
 }
+
+// staleRemovers is how many of an earlier process's entries removeStale
+// removes at once.
+const staleRemovers = 8
 
 // deregister deletes the frontend's heartbeat and all its connection keys.
 func (r *registry) deregister() {

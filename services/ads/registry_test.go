@@ -2,10 +2,13 @@ package ads
 
 import (
 	"context"
+	"log/slog"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	resource "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
@@ -13,6 +16,7 @@ import (
 	"github.com/pilotwire/pilotwire/internal/testkit/natstest"
 	"github.com/pilotwire/pilotwire/internal/testkit/testutil"
 	"github.com/pilotwire/pilotwire/pkg/bus"
+	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
 )
 
 // TestReregistersWhenTimedOut: a pusher that times a frontend out removes
@@ -116,4 +120,30 @@ func TestRestartedFrontendUsesNewConnIDs(t *testing.T) {
 		after := connKeys(t, kv, "fe-x")
 		return len(after) == 1 && after[0] != before[0]
 	})
+}
+
+// TestStaleRemovalKeepsThisProcessConnections: the removal of an earlier
+// process's connection entries runs while this one serves, so it leaves
+// the entries of this process's own connections (ids with its
+// incarnation) alone.
+func TestStaleRemovalKeepsThisProcessConnections(t *testing.T) {
+	url := natstest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.DefaultTimeout)
+	defer cancel()
+	_, js := natstest.Connect(t, url)
+	names, _ := bus.NewNames("pw")
+	kv, err := bus.EnsureKV(ctx, js, names.RegistryConfig(bus.StreamOptions{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []string{"fe-x-old-1", "fe-x-old-2", "fe-x-new-1"} {
+		if _, err := kv.Put(ctx, bus.ConnKey("fe-x", c), []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := &registry{kv: kv, fe: &pb.FrontendInfo{Id: "fe-x"}, ownConns: "fe-x-new-", log: slog.New(slog.DiscardHandler), metrics: newMetrics(prometheus.NewRegistry())}
+	r.removeStale(ctx)
+	if got, want := connKeys(t, kv, "fe-x"), []string{bus.ConnKey("fe-x", "fe-x-new-1")}; !slices.Equal(got, want) {
+		t.Fatalf("entries left %v, want %v", got, want)
+	}
 }

@@ -114,6 +114,7 @@ func Run(ctx context.Context, cfg Config, d svc.Deps) error {
 		notify:    make(chan struct{}, 1),
 		dirty:     make(map[string]*pb.ConnectionInfo),
 		connCount: s.connCount,
+		ownConns:  s.id + "-" + s.incarnation + "-",
 		applied:   gate.get,
 		pushRate:  func() float64 { return s.orders.meter.sample(time.Now()) },
 		all:       s.connInfos,
@@ -164,11 +165,11 @@ func Run(ctx context.Context, cfg Config, d svc.Deps) error {
 	)...)
 	s.register(gs)
 
-	s.registry.removeStale(ctx) // before any connection of ours is registered
 	var wg sync.WaitGroup
 	runCtx, cancelRun := context.WithCancel(context.Background())
 	defer cancelRun()
-	wg.Add(3)
+	wg.Add(4)
+	go func() { defer wg.Done(); s.registry.removeStale(runCtx) }()
 	go func() { defer wg.Done(); s.orders.run(runCtx) }()
 	go func() { defer wg.Done(); s.orders.flushDones(runCtx) }()
 	go func() { defer wg.Done(); s.registry.run(runCtx) }()

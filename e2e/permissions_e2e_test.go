@@ -83,13 +83,15 @@ spec:
 	}
 
 	// Ingest may not send a frontend orders; a frontend may not take
-	// another's.
+	// another's, nor read the pusher's inbox.
 	for _, tc := range []struct {
 		user string
 		try  func(nc *nats.Conn) error
 	}{
 		{"ingest", func(nc *nats.Conn) error { return nc.Publish("pw.fe.ads-0.orders", []byte("forged")) }},
 		{"ads", func(nc *nats.Conn) error { _, err := nc.SubscribeSync("pw.fe.ads-1.orders"); return err }},
+		// Nor read another user's replies and consumer deliveries.
+		{"ads", func(nc *nats.Conn) error { _, err := nc.SubscribeSync("_INBOX.pusher.>"); return err }},
 	} {
 		denied := make(chan error, 1)
 		opts, _ := users[tc.user].Options()

@@ -40,9 +40,10 @@ func (n Names) kvStream(bucket string) string { return "KV_" + bucket }
 func kvKey(bucket, key string) string { return "$KV." + bucket + "." + key }
 
 // perms builds a user's permissions: the JetStream API on streams, what it
-// publishes and subscribes to besides, and replies on _INBOX.
+// publishes and subscribes to besides, and replies on its own inbox
+// prefix (InboxPrefix).
 func perms(user string, streams, publish, subscribe []string) Permissions {
-	p := Permissions{User: user, Publish: []string{"$JS.API.INFO"}, Subscribe: []string{"_INBOX.>"}}
+	p := Permissions{User: user, Publish: []string{"$JS.API.INFO"}, Subscribe: []string{InboxPrefix(user) + ".>"}}
 	for _, s := range streams {
 		p.Publish = append(p.Publish, jsStream(s)...)
 	}
@@ -100,7 +101,7 @@ func (n Names) FrontendPermissions(user, frontend string) Permissions {
 // bucket and write nothing (`streams check` included; `streams apply`
 // needs an administrator of the account).
 func (n Names) ReaderPermissions(user string) Permissions {
-	p := Permissions{User: user, Publish: []string{"$JS.API.INFO"}, Subscribe: []string{"_INBOX.>"}}
+	p := Permissions{User: user, Publish: []string{"$JS.API.INFO"}, Subscribe: []string{InboxPrefix(user) + ".>"}}
 	d := n.Declared(StreamOptions{})
 	var streams []string
 	for _, s := range d.Streams {
@@ -119,6 +120,11 @@ func (n Names) ReaderPermissions(user string) Permissions {
 	}
 	return p
 }
+
+// InboxPrefix is the reply-subject prefix of user's connections,
+// _INBOX.<user>: each service user may subscribe only to its own replies
+// and consumer deliveries (svc.NATSAuth sets it for --nats-user).
+func InboxPrefix(user string) string { return "_INBOX." + EscapeToken(user) }
 
 // PasswordEnv is the environment variable ServerConfig reads user's
 // password from: PILOTWIRE_<USER>_PASSWORD, upper case, '-' as '_'.

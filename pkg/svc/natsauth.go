@@ -9,6 +9,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/spf13/pflag"
+
+	"github.com/pilotwire/pilotwire/pkg/bus"
 )
 
 // NATSAuth is how a service or the CLI proves who it is to NATS and secures
@@ -39,6 +41,11 @@ type NATSAuth struct {
 	// client authentication (--nats-cert, env PILOTWIRE_NATS_CERT;
 	// --nats-key, env PILOTWIRE_NATS_KEY).
 	CertFile, KeyFile string
+	// InboxPrefix is the prefix of the connection's reply subjects
+	// (--nats-inbox-prefix, env PILOTWIRE_NATS_INBOX_PREFIX). Empty: with
+	// --nats-user, _INBOX.<user> (bus.InboxPrefix, what the example
+	// server config allows each user), else NATS's _INBOX.
+	InboxPrefix string
 }
 
 // AddFlags registers the NATS authentication and TLS flags on fs, each
@@ -51,6 +58,7 @@ func (a *NATSAuth) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&a.CAFile, "nats-ca", EnvString("PILOTWIRE_NATS_CA", ""), "PEM bundle of the CAs of the NATS server's certificate; requires TLS (env PILOTWIRE_NATS_CA)")
 	fs.StringVar(&a.CertFile, "nats-cert", EnvString("PILOTWIRE_NATS_CERT", ""), "client certificate for TLS to NATS (env PILOTWIRE_NATS_CERT)")
 	fs.StringVar(&a.KeyFile, "nats-key", EnvString("PILOTWIRE_NATS_KEY", ""), "key of --nats-cert (env PILOTWIRE_NATS_KEY)")
+	fs.StringVar(&a.InboxPrefix, "nats-inbox-prefix", EnvString("PILOTWIRE_NATS_INBOX_PREFIX", ""), "prefix of this connection's reply subjects; default _INBOX.<user> with --nats-user, else _INBOX (env PILOTWIRE_NATS_INBOX_PREFIX)")
 	a.Password = os.Getenv("PILOTWIRE_NATS_PASSWORD")
 }
 
@@ -95,6 +103,13 @@ func (a NATSAuth) Options() ([]nats.Option, error) {
 		opts = append(opts, nats.UserInfo(a.User, pw))
 	case a.PasswordFile != "" || a.Password != "":
 		return nil, errors.New("nats auth: a password needs --nats-user")
+	}
+	inbox := a.InboxPrefix
+	if inbox == "" && a.User != "" {
+		inbox = bus.InboxPrefix(a.User)
+	}
+	if inbox != "" {
+		opts = append(opts, nats.CustomInboxPrefix(inbox))
 	}
 	if a.CAFile != "" {
 		opts = append(opts, nats.RootCAs(a.CAFile))

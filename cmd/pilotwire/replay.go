@@ -159,7 +159,7 @@ func copyHistory(ctx context.Context, src, dst *session, to point) (*replayResul
 	if n := target.CachedInfo().State.Msgs; n > 0 {
 		return nil, fmt.Errorf("the target's %s already holds %d change records: replay copies into an empty deployment", dst.names.ChangesStream(), n)
 	}
-	cp := &copier{js: dst.js, res: &replayResult{}}
+	cp := &copier{js: dst.js, res: &replayResult{}, next: target.CachedInfo().State.LastSeq}
 	snap, err := loadSnapshot(ctx, src, to, info.State, func(r snapshot.Record) {
 		cp.add(ctx, r.Subject, r.Seq, r.Time, r.Content, r.Data)
 	})
@@ -193,32 +193,79 @@ func copyHistory(ctx context.Context, src, dst *session, to point) (*replayResul
 // contentHeader is ingest's content-version header (publish.ContentVersionHeader).
 const contentHeader = "Pilotwire-Content-Version"
 
-// copier publishes records one at a time, each waiting for its ack
-// (about 7,000 a second here). Async publishing would be faster, but
-// nats.go's async-ack listener goroutine can outlive a short-lived
-// connection closed right after (seen as a leak in this package's tests).
+// copier publishes records with up to copyWindow acks outstanding. Each
+// publish expects the stream's last sequence to be the one before it, so
+// the copy holds the records in order, once each, or fails: a publish the
+// server stored out of turn (one retried after the next had landed, say)
+// is rejected, never reordered.
 type copier struct {
-	js  jetstream.JetStream
-	res *replayResult
-	err error
+	js   jetstream.JetStream
+	res  *replayResult
+	err  error
+	next uint64 // the target's last sequence once every publish so far lands
+
+	pending []pendingCopy // oldest first
 }
+
+// pendingCopy is one publish awaiting its ack.
+type pendingCopy struct {
+	fut    jetstream.PubAckFuture
+	seq    uint64
+	stored time.Time
+}
+
+// copyWindow bounds the publishes awaiting acks. BenchmarkCopyHistory:
+// 10.9k-19.1k records/s, against 2.3k-3.7k one at a time (loaded 2-core
+// machine).
+const copyWindow = 256
 
 func (c *copier) add(ctx context.Context, subject string, seq uint64, stored time.Time, content string, data []byte) {
 	if c.err != nil {
 		return
 	}
+	if len(c.pending) >= copyWindow {
+		c.wait(ctx, 1)
+		if c.err != nil {
+			return
+		}
+	}
 	m := &nats.Msg{Subject: subject, Data: data, Header: nats.Header{}}
 	if content != "" {
 		m.Header.Set(contentHeader, content)
 	}
-	ack, err := c.js.PublishMsg(ctx, m)
+	fut, err := c.js.PublishMsgAsync(m, jetstream.WithExpectLastSequence(c.next), jetstream.WithRetryAttempts(0))
 	if err != nil {
 		c.err = fmt.Errorf("copy seq %d: %w", seq, err)
 		return
 	}
-	c.res.Records++
-	c.res.Through, c.res.Stored, c.res.TargetLast = seq, stored, ack.Sequence
+	c.next++
+	c.pending = append(c.pending, pendingCopy{fut: fut, seq: seq, stored: stored})
 }
 
-// flush reports the first failure.
-func (c *copier) flush(context.Context) error { return c.err }
+// wait takes the acks of the n oldest pending publishes.
+func (c *copier) wait(ctx context.Context, n int) {
+	for range min(n, len(c.pending)) {
+		p := c.pending[0]
+		c.pending = c.pending[1:]
+		select {
+		case ack := <-p.fut.Ok():
+			c.res.Records++
+			c.res.Through, c.res.Stored, c.res.TargetLast = p.seq, p.stored, ack.Sequence
+		case err := <-p.fut.Err():
+			if c.err == nil {
+				c.err = fmt.Errorf("copy seq %d: %w", p.seq, err)
+			}
+		case <-ctx.Done():
+			if c.err == nil {
+				c.err = fmt.Errorf("copy seq %d: %w", p.seq, ctx.Err())
+			}
+			return
+		}
+	}
+}
+
+// flush waits for every pending publish and reports the first failure.
+func (c *copier) flush(ctx context.Context) error {
+	c.wait(ctx, len(c.pending))
+	return c.err
+}

@@ -15,32 +15,8 @@ import (
 	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
 )
 
-// purgeFailJS hands out a registry bucket whose removals fail while
-// failing is set, as they do while the bucket's stream has no leader.
-type purgeFailJS struct {
-	jetstream.JetStream
-	failing *atomic.Bool
-}
-
-func (js purgeFailJS) wrap(kv jetstream.KeyValue, err error) (jetstream.KeyValue, error) {
-	if err != nil || kv.Bucket() != names.RegistryBucket() {
-		return kv, err
-	}
-	return purgeFailKV{KeyValue: kv, failing: js.failing}, nil
-}
-
-func (js purgeFailJS) KeyValue(ctx context.Context, bucket string) (jetstream.KeyValue, error) {
-	return js.wrap(js.JetStream.KeyValue(ctx, bucket))
-}
-
-func (js purgeFailJS) CreateKeyValue(ctx context.Context, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
-	return js.wrap(js.JetStream.CreateKeyValue(ctx, cfg))
-}
-
-func (js purgeFailJS) CreateOrUpdateKeyValue(ctx context.Context, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
-	return js.wrap(js.JetStream.CreateOrUpdateKeyValue(ctx, cfg))
-}
-
+// purgeFailKV is a registry bucket whose removals fail while failing is
+// set, as they do while the bucket's stream has no leader.
 type purgeFailKV struct {
 	jetstream.KeyValue
 	failing *atomic.Bool
@@ -65,8 +41,8 @@ func (kv purgeFailKV) Purge(ctx context.Context, key string, opts ...jetstream.K
 func TestForgottenFrontendRelearnedOnHeartbeat(t *testing.T) {
 	url := natstest.Start(t)
 	var failing atomic.Bool
-	h := runPusherJS(t, url, Config{FrontendTimeout: time.Second}, func(js jetstream.JetStream) jetstream.JetStream {
-		return purgeFailJS{JetStream: js, failing: &failing}
+	h := runPusherFault(t, url, Config{FrontendTimeout: time.Second}, names.RegistryBucket(), func(kv jetstream.KeyValue) jetstream.KeyValue {
+		return purgeFailKV{KeyValue: kv, failing: &failing}
 	})
 	testutil.Eventually(t, "pusher active", func() bool { return h.metric("pilotwire_pusher_leader") == 1 })
 	fe := newFrontend(t, url, "fe-1")

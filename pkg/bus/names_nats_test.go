@@ -186,3 +186,71 @@ func TestEnsureNeverChangesStreams(t *testing.T) {
 		}
 	}
 }
+
+// TestDeclaredObjectStores: the snapshot object store is declared with
+// the streams and buckets, so Check reports it missing or drifting and
+// Apply creates it or puts it back as declared.
+func TestDeclaredObjectStores(t *testing.T) {
+	ctx, js, n, _ := registry(t)
+	decl := n.Declared(bus.StreamOptions{})
+	decl.Streams, decl.Buckets = nil, nil // the registry above is not this test's
+	want := n.SnapshotsConfig(bus.StreamOptions{})
+	if diff := cmp.Diff([]jetstream.ObjectStoreConfig{want}, decl.ObjectStores); diff != "" {
+		t.Fatalf("declared object stores (-want +got):\n%s", diff)
+	}
+	check := func(what string) []bus.Status {
+		t.Helper()
+		st, err := decl.Check(ctx, js, false)
+		if err != nil {
+			t.Fatalf("check %s: %v", what, err)
+		}
+		return st
+	}
+	if diff := cmp.Diff([]bus.Status{{Name: n.SnapshotBucket(), Kind: "object store", Missing: true}}, check("with none")); diff != "" {
+		t.Errorf("check with no object store (-want +got):\n%s", diff)
+	}
+
+	// One created by hand (or by an older version) with other limits.
+	drifted := want
+	drifted.TTL, drifted.MaxBytes = time.Hour, 1<<20
+	if _, err := js.CreateObjectStore(ctx, drifted); err != nil {
+		t.Fatal(err)
+	}
+	wantDrift := []bus.Status{{Name: n.SnapshotBucket(), Kind: "object store", Drift: []bus.Drift{
+		{Field: "ttl", Have: "1h0m0s", Want: "0s"},
+		{Field: "max_bytes", Have: "1048576", Want: "-1"},
+	}}}
+	if diff := cmp.Diff(wantDrift, check("drifted")); diff != "" {
+		t.Errorf("check of a drifted object store (-want +got):\n%s", diff)
+	}
+	applied, err := decl.Apply(ctx, js, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(wantDrift, applied); diff != "" {
+		t.Errorf("apply (-want +got):\n%s", diff)
+	}
+	for _, st := range check("after apply") {
+		if !st.OK() {
+			t.Errorf("after apply: %+v, want as declared", st)
+		}
+	}
+	s, err := js.Stream(ctx, "OBJ_"+n.SnapshotBucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg := s.CachedInfo().Config; cfg.MaxAge != 0 || cfg.MaxBytes > 0 {
+		t.Errorf("object store stream after apply: max age %v, max bytes %d; want no limits", cfg.MaxAge, cfg.MaxBytes)
+	}
+
+	// Apply creates a missing one.
+	if err := js.DeleteObjectStore(ctx, n.SnapshotBucket()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := decl.Apply(ctx, js, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.ObjectStore(ctx, n.SnapshotBucket()); err != nil {
+		t.Errorf("object store after apply: %v", err)
+	}
+}

@@ -2,12 +2,14 @@ package bus_test
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/pilotwire/pilotwire/internal/testkit/natstest"
@@ -252,5 +254,62 @@ func TestDeclaredObjectStores(t *testing.T) {
 	}
 	if _, err := js.ObjectStore(ctx, n.SnapshotBucket()); err != nil {
 		t.Errorf("object store after apply: %v", err)
+	}
+}
+
+// TestEnsureObjectStoreNeverChangesIt: like a stream or a bucket, an
+// object store that exists is never changed by EnsureObjectStore, also
+// when opening it fails for another reason than its absence (a timeout,
+// a stream without a leader): the error is returned. A missing one is
+// created.
+func TestEnsureObjectStoreNeverChangesIt(t *testing.T) {
+	ctx, js, n, _ := registry(t)
+	want := n.SnapshotsConfig(bus.StreamOptions{})
+	drifted := want
+	drifted.TTL = time.Hour
+	if _, err := js.CreateObjectStore(ctx, drifted); err != nil {
+		t.Fatal(err)
+	}
+	ttl := func(what string) time.Duration {
+		t.Helper()
+		obj, err := js.ObjectStore(ctx, want.Bucket)
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		cfg, err := bus.ObjectStoreConfig(ctx, obj)
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		return cfg.TTL
+	}
+
+	if _, err := bus.EnsureObjectStore(ctx, js, want); err != nil {
+		t.Fatal(err)
+	}
+	if got := ttl("after ensure"); got != time.Hour {
+		t.Errorf("TTL after ensuring an existing store: %v, want it left at 1h", got)
+	}
+
+	failing := natstest.Wrap(js, natstest.Hooks{Fail: func(method, _ string) error {
+		if method == "ObjectStore" {
+			return nats.ErrTimeout
+		}
+		return nil
+	}})
+	if _, err := bus.EnsureObjectStore(ctx, failing, want); !errors.Is(err, nats.ErrTimeout) {
+		t.Errorf("ensure while opening times out: err %v, want %v", err, nats.ErrTimeout)
+	}
+	if got := ttl("after a failed open"); got != time.Hour {
+		t.Errorf("TTL after ensuring while opening times out: %v, want it left at 1h", got)
+	}
+
+	if err := js.DeleteObjectStore(ctx, want.Bucket); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bus.EnsureObjectStore(ctx, js, want); err != nil {
+		t.Fatal(err)
+	}
+	if got := ttl("after creating"); got != 0 {
+		t.Errorf("TTL of a created store: %v, want none", got)
 	}
 }

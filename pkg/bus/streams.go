@@ -196,15 +196,19 @@ func (n Names) SnapshotsConfig(o StreamOptions) jetstream.ObjectStoreConfig {
 	}
 }
 
-// EnsureObjectStore creates an object store bucket, or opens it when it
-// exists (its config is left as it is).
+// EnsureObjectStore opens the object store cfg names, creating it when
+// it is missing; an existing one is never changed (see EnsureStream),
+// and a failure to open it other than its absence is returned.
 func EnsureObjectStore(ctx context.Context, js jetstream.JetStream, cfg jetstream.ObjectStoreConfig) (jetstream.ObjectStore, error) {
-	if os, err := js.ObjectStore(ctx, cfg.Bucket); err == nil {
-		return os, nil
+	obj, err := js.ObjectStore(ctx, cfg.Bucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		obj, err = js.CreateObjectStore(ctx, cfg)
+		if errors.Is(err, jetstream.ErrBucketExists) { // created meanwhile, by another service
+			obj, err = js.ObjectStore(ctx, cfg.Bucket)
+		}
 	}
-	os, err := js.CreateOrUpdateObjectStore(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("ensure object store %s: %w", cfg.Bucket, err)
 	}
-	return os, nil
+	return obj, nil
 }

@@ -16,12 +16,18 @@ type Hooks struct {
 	KeyValue    func(jetstream.KeyValue) jetstream.KeyValue
 	Stream      func(jetstream.Stream) jetstream.Stream
 	ObjectStore func(jetstream.ObjectStore) jetstream.ObjectStore
+	// Fail, when set, runs before every opening call with the method's
+	// name and the bucket or stream named; an error it returns is the
+	// call's, and nothing is opened (a stream without a leader, a
+	// timeout).
+	Fail func(method, name string) error
 }
 
 // Wrap returns a JetStream context that behaves as js except that every
 // key-value bucket, stream and object store it opens, whichever method
 // opens it, goes through h first. Tests inject faults into one bucket this
-// way (a lease whose renewals hang, a registry whose purges fail).
+// way (a lease whose renewals hang, a registry whose purges fail), or make
+// opening fail.
 //
 // The wrapper does not embed jetstream.JetStream: each method is written
 // out, so a method nats.go adds to the interface stops the build here
@@ -37,6 +43,13 @@ type wrappedJS struct {
 }
 
 var _ jetstream.JetStream = (*wrappedJS)(nil)
+
+func (w *wrappedJS) fail(method, name string) error {
+	if w.h.Fail == nil {
+		return nil
+	}
+	return w.h.Fail(method, name)
+}
 
 func (w *wrappedJS) kv(kv jetstream.KeyValue, err error) (jetstream.KeyValue, error) {
 	if err != nil || w.h.KeyValue == nil {
@@ -62,54 +75,90 @@ func (w *wrappedJS) obj(o jetstream.ObjectStore, err error) (jetstream.ObjectSto
 // Opening a key-value bucket.
 
 func (w *wrappedJS) KeyValue(ctx context.Context, bucket string) (jetstream.KeyValue, error) {
+	if err := w.fail("KeyValue", bucket); err != nil {
+		return nil, err
+	}
 	return w.kv(w.js.KeyValue(ctx, bucket))
 }
 
 func (w *wrappedJS) CreateKeyValue(ctx context.Context, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+	if err := w.fail("CreateKeyValue", cfg.Bucket); err != nil {
+		return nil, err
+	}
 	return w.kv(w.js.CreateKeyValue(ctx, cfg))
 }
 
 func (w *wrappedJS) UpdateKeyValue(ctx context.Context, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+	if err := w.fail("UpdateKeyValue", cfg.Bucket); err != nil {
+		return nil, err
+	}
 	return w.kv(w.js.UpdateKeyValue(ctx, cfg))
 }
 
 func (w *wrappedJS) CreateOrUpdateKeyValue(ctx context.Context, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+	if err := w.fail("CreateOrUpdateKeyValue", cfg.Bucket); err != nil {
+		return nil, err
+	}
 	return w.kv(w.js.CreateOrUpdateKeyValue(ctx, cfg))
 }
 
 // Opening a stream.
 
 func (w *wrappedJS) Stream(ctx context.Context, stream string) (jetstream.Stream, error) {
+	if err := w.fail("Stream", stream); err != nil {
+		return nil, err
+	}
 	return w.stream(w.js.Stream(ctx, stream))
 }
 
 func (w *wrappedJS) CreateStream(ctx context.Context, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
+	if err := w.fail("CreateStream", cfg.Name); err != nil {
+		return nil, err
+	}
 	return w.stream(w.js.CreateStream(ctx, cfg))
 }
 
 func (w *wrappedJS) UpdateStream(ctx context.Context, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
+	if err := w.fail("UpdateStream", cfg.Name); err != nil {
+		return nil, err
+	}
 	return w.stream(w.js.UpdateStream(ctx, cfg))
 }
 
 func (w *wrappedJS) CreateOrUpdateStream(ctx context.Context, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
+	if err := w.fail("CreateOrUpdateStream", cfg.Name); err != nil {
+		return nil, err
+	}
 	return w.stream(w.js.CreateOrUpdateStream(ctx, cfg))
 }
 
 // Opening an object store.
 
 func (w *wrappedJS) ObjectStore(ctx context.Context, bucket string) (jetstream.ObjectStore, error) {
+	if err := w.fail("ObjectStore", bucket); err != nil {
+		return nil, err
+	}
 	return w.obj(w.js.ObjectStore(ctx, bucket))
 }
 
 func (w *wrappedJS) CreateObjectStore(ctx context.Context, cfg jetstream.ObjectStoreConfig) (jetstream.ObjectStore, error) {
+	if err := w.fail("CreateObjectStore", cfg.Bucket); err != nil {
+		return nil, err
+	}
 	return w.obj(w.js.CreateObjectStore(ctx, cfg))
 }
 
 func (w *wrappedJS) UpdateObjectStore(ctx context.Context, cfg jetstream.ObjectStoreConfig) (jetstream.ObjectStore, error) {
+	if err := w.fail("UpdateObjectStore", cfg.Bucket); err != nil {
+		return nil, err
+	}
 	return w.obj(w.js.UpdateObjectStore(ctx, cfg))
 }
 
 func (w *wrappedJS) CreateOrUpdateObjectStore(ctx context.Context, cfg jetstream.ObjectStoreConfig) (jetstream.ObjectStore, error) {
+	if err := w.fail("CreateOrUpdateObjectStore", cfg.Bucket); err != nil {
+		return nil, err
+	}
 	return w.obj(w.js.CreateOrUpdateObjectStore(ctx, cfg))
 }
 

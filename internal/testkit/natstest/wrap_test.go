@@ -2,9 +2,11 @@ package natstest_test
 
 import (
 	"context"
+	"errors"
 	"reflect"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
 
@@ -16,15 +18,18 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // TestWrapHooksEveryOpen opens a bucket, stream or object store through
 // every method of jetstream.JetStream that returns one, and checks that
-// each went through its hook. A method nats.go adds that returns one of
-// them and has no case below fails the test.
+// each went through its hook, then that each fails with Fail's error. A
+// method nats.go adds that returns one of them and has no case below
+// fails the test.
 func TestWrapHooksEveryOpen(t *testing.T) {
 	_, js := natstest.Connect(t, natstest.Start(t))
 	var kvs, streams, objs int
+	fail := func(string, string) error { return nil }
 	w := natstest.Wrap(js, natstest.Hooks{
 		KeyValue:    func(kv jetstream.KeyValue) jetstream.KeyValue { kvs++; return kv },
 		Stream:      func(s jetstream.Stream) jetstream.Stream { streams++; return s },
 		ObjectStore: func(o jetstream.ObjectStore) jetstream.ObjectStore { objs++; return o },
+		Fail:        func(method, name string) error { return fail(method, name) },
 	})
 	kvCfg := jetstream.KeyValueConfig{Bucket: "kv"}
 	streamCfg := jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}}
@@ -90,6 +95,35 @@ func TestWrapHooksEveryOpen(t *testing.T) {
 			t.Errorf("%s did not go through its hook", name)
 		}
 		cancel()
+	}
+
+	// Fail runs before each of them, with its name, and its error is the
+	// call's.
+	injected := errors.New("injected")
+	var failed []string
+	fail = func(method, name string) error {
+		failed = append(failed, method+" "+name)
+		return injected
+	}
+	for _, name := range order {
+		o := opens[name]
+		ctx, cancel := context.WithTimeout(context.Background(), testutil.DefaultTimeout)
+		before := *o.count
+		if err := o.call(ctx); !errors.Is(err, injected) {
+			t.Errorf("%s with Fail set: err %v, want the injected one", name, err)
+		}
+		if *o.count != before {
+			t.Errorf("%s with Fail set went through its hook", name)
+		}
+		cancel()
+	}
+	var want []string
+	for _, name := range order {
+		target := map[*int]string{&kvs: "kv", &streams: "S", &objs: "obj"}[opens[name].count]
+		want = append(want, name+" "+target)
+	}
+	if diff := cmp.Diff(want, failed); diff != "" {
+		t.Errorf("Fail calls (-want +got):\n%s", diff)
 	}
 }
 

@@ -2,46 +2,24 @@ package e2e
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"sort"
 	"testing"
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
-	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
-	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
-	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	resource "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/google/go-cmp/cmp"
-	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/protobuf/proto"
 
+	"github.com/pilotwire/pilotwire/internal/testkit/adstest"
 	"github.com/pilotwire/pilotwire/internal/testkit/pipelinetest"
 	"github.com/pilotwire/pilotwire/internal/testkit/testutil"
 )
 
-const meshYAML = `apiVersion: v1
-kind: Service
-metadata: {name: echo, namespace: default}
-spec:
-  clusterIP: 10.96.0.20
-  ports:
-  - {name: grpc, port: 8080, targetPort: 9999}
----
-apiVersion: v1
-kind: Service
-metadata: {name: web, namespace: shop}
-spec:
-  clusterIP: 10.96.0.30
-  ports:
-  - {name: http, port: 80, targetPort: http-web}
-  - {name: tcp-admin, port: 9000, targetPort: 9000}
----
+// meshYAML is adstest's mesh with a DestinationRule for web.
+const meshYAML = adstest.MeshYAML + `---
 apiVersion: networking.istio.io/v1
 kind: DestinationRule
 metadata: {name: web, namespace: shop}
@@ -53,109 +31,7 @@ func echoSlice(addrs ...string) string { return echoSliceNamed("echo-1", addrs..
 // echoSliceNamed is an EndpointSlice of echo named name with ready addrs
 // and one endpoint that is not ready.
 func echoSliceNamed(name string, addrs ...string) string {
-	s := `apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata:
-  name: ` + name + `
-  namespace: default
-  labels: {kubernetes.io/service-name: echo}
-addressType: IPv4
-ports:
-- {name: grpc, port: 9080}
-endpoints:
-`
-	for _, a := range addrs {
-		s += fmt.Sprintf("- {addresses: [%q], conditions: {ready: true}, zone: zone-a}\n", a)
-	}
-	return s + "- {addresses: [\"10.244.0.99\"], conditions: {ready: false}, zone: zone-a}\n"
-}
-
-const webSlice = `apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata:
-  name: web-1
-  namespace: shop
-  labels: {kubernetes.io/service-name: web}
-addressType: IPv4
-ports:
-- {name: http, port: 8081}
-- {name: tcp-admin, port: 9000}
-endpoints:
-- {addresses: ["10.244.1.5"], zone: zone-b}
-`
-
-// adsClient is a raw ADS client speaking state-of-the-world xDS, as an
-// Envoy sidecar would.
-type adsClient struct {
-	t      *testing.T
-	stream grpc.BidiStreamingClient[discovery.DiscoveryRequest, discovery.DiscoveryResponse]
-	node   *core.Node
-}
-
-func newADSClient(ctx context.Context, t *testing.T, addr string) *adsClient {
-	t.Helper()
-	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cc.Close() })
-	stream, err := discovery.NewAggregatedDiscoveryServiceClient(cc).StreamAggregatedResources(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &adsClient{t: t, stream: stream, node: &core.Node{Id: "sidecar~10.244.0.7~client-0.default~default.svc.cluster.local"}}
-}
-
-func (c *adsClient) send(req *discovery.DiscoveryRequest) {
-	c.t.Helper()
-	req.Node = c.node
-	if err := c.stream.Send(req); err != nil {
-		c.t.Fatalf("send %s: %v", req.GetTypeUrl(), err)
-	}
-}
-
-func (c *adsClient) recv(typeURL string) *discovery.DiscoveryResponse {
-	c.t.Helper()
-	resp, err := c.stream.Recv()
-	if err != nil {
-		c.t.Fatalf("recv (want %s): %v", typeURL, err)
-	}
-	if resp.GetTypeUrl() != typeURL {
-		c.t.Fatalf("got a response of type %s, want %s", resp.GetTypeUrl(), typeURL)
-	}
-	return resp
-}
-
-// request sends a request for typeURL and returns the response, then ACKs it.
-func (c *adsClient) request(typeURL string, names ...string) *discovery.DiscoveryResponse {
-	c.t.Helper()
-	c.send(&discovery.DiscoveryRequest{TypeUrl: typeURL, ResourceNames: names})
-	resp := c.recv(typeURL)
-	c.ack(resp, names...)
-	return resp
-}
-
-func (c *adsClient) ack(resp *discovery.DiscoveryResponse, names ...string) {
-	c.t.Helper()
-	c.send(&discovery.DiscoveryRequest{TypeUrl: resp.GetTypeUrl(), VersionInfo: resp.GetVersionInfo(), ResponseNonce: resp.GetNonce(), ResourceNames: names})
-}
-
-func decode[T proto.Message](t *testing.T, resp *discovery.DiscoveryResponse, newT func() T) map[string]T {
-	t.Helper()
-	out := make(map[string]T)
-	for _, a := range resp.GetResources() {
-		m := newT()
-		if err := a.UnmarshalTo(m); err != nil {
-			t.Fatalf("decode %s: %v", a.GetTypeUrl(), err)
-		}
-		if v, ok := any(m).(interface{ ValidateAll() error }); ok {
-			if err := v.ValidateAll(); err != nil {
-				t.Errorf("invalid %s: %v", a.GetTypeUrl(), err)
-			}
-		}
-		out[cache.GetResourceName(m)] = m
-	}
-	return out
+	return adstest.EchoSlice(name, addrs, "10.244.0.99")
 }
 
 func keys[T any](m map[string]T) []string {
@@ -165,30 +41,6 @@ func keys[T any](m map[string]T) []string {
 	}
 	sort.Strings(k)
 	return k
-}
-
-// endpointsOf decodes every load assignment of an EDS response.
-func endpointsOf(resp *discovery.DiscoveryResponse) map[string][]string {
-	out := map[string][]string{}
-	for _, a := range resp.GetResources() {
-		cla := &endpoint.ClusterLoadAssignment{}
-		if a.UnmarshalTo(cla) == nil {
-			out[cla.GetClusterName()] = lbAddrs(cla)
-		}
-	}
-	return out
-}
-
-func lbAddrs(cla *endpoint.ClusterLoadAssignment) []string {
-	var out []string
-	for _, l := range cla.GetEndpoints() {
-		for _, e := range l.GetLbEndpoints() {
-			sa := e.GetEndpoint().GetAddress().GetSocketAddress()
-			out = append(out, fmt.Sprintf("%s:%d", sa.GetAddress(), sa.GetPortValue()))
-		}
-	}
-	sort.Strings(out)
-	return out
 }
 
 // TestRawADSClient requests CDS, EDS, LDS and RDS as an Envoy sidecar would,
@@ -201,20 +53,20 @@ func TestRawADSClient(t *testing.T) {
 	dir := t.TempDir()
 	pipelinetest.WriteFile(t, dir, "mesh.yaml", meshYAML)
 	pipelinetest.WriteFile(t, dir, "echo-slice.yaml", echoSlice("10.244.0.11", "10.244.0.12"))
-	pipelinetest.WriteFile(t, dir, "web-slice.yaml", webSlice)
+	pipelinetest.WriteFile(t, dir, "web-slice.yaml", adstest.WebSlice)
 	p := pipelinetest.Start(t, dir)
 
 	ctx, cancel := context.WithTimeout(context.Background(), testutil.DefaultTimeout)
 	defer cancel()
-	c := newADSClient(ctx, t, p.ADSAddr)
+	c := adstest.Dial(ctx, t, p.ADSAddr, adstest.ClientNode)
 
 	const (
 		echoCluster = "outbound|8080||echo.default.svc.cluster.local"
 		webHTTP     = "outbound|80||web.shop.svc.cluster.local"
 		webTCP      = "outbound|9000||web.shop.svc.cluster.local"
 	)
-	cds := c.request(resource.ClusterType)
-	clusters := decode(t, cds, func() *cluster.Cluster { return &cluster.Cluster{} })
+	cds := c.Request(resource.ClusterType)
+	clusters := adstest.Decode(t, cds, func() *cluster.Cluster { return &cluster.Cluster{} })
 	for _, name := range []string{echoCluster, webHTTP, webTCP} {
 		cl, ok := clusters[name]
 		if !ok {
@@ -225,8 +77,8 @@ func TestRawADSClient(t *testing.T) {
 		}
 	}
 
-	eds := c.request(resource.EndpointType, echoCluster, webHTTP, webTCP)
-	clas := decode(t, eds, func() *endpoint.ClusterLoadAssignment { return &endpoint.ClusterLoadAssignment{} })
+	eds := c.Request(resource.EndpointType, echoCluster, webHTTP, webTCP)
+	clas := adstest.Decode(t, eds, func() *endpoint.ClusterLoadAssignment { return &endpoint.ClusterLoadAssignment{} })
 	wantEndpoints := map[string][]string{
 		echoCluster: {"10.244.0.11:9080", "10.244.0.12:9080"}, // slice port by name; not-ready 10.244.0.99 left out
 		webHTTP:     {"10.244.1.5:8081"},
@@ -234,7 +86,7 @@ func TestRawADSClient(t *testing.T) {
 	}
 	gotEndpoints := map[string][]string{}
 	for name, cla := range clas {
-		gotEndpoints[name] = lbAddrs(cla)
+		gotEndpoints[name] = adstest.LBAddrs(cla)
 		for _, l := range cla.GetEndpoints() {
 			if l.GetLocality() == nil || l.GetLoadBalancingWeight().GetValue() == 0 {
 				t.Errorf("%s: locality endpoints without locality or weight: %v", name, l)
@@ -245,16 +97,16 @@ func TestRawADSClient(t *testing.T) {
 		t.Errorf("EDS endpoints (-want +got):\n%s", diff)
 	}
 
-	lds := c.request(resource.ListenerType)
-	listeners := decode(t, lds, func() *listener.Listener { return &listener.Listener{} })
+	lds := c.Request(resource.ListenerType)
+	listeners := adstest.Decode(t, lds, func() *listener.Listener { return &listener.Listener{} })
 	for _, name := range []string{"0.0.0.0_8080", "0.0.0.0_80", "10.96.0.30_9000"} {
 		if _, ok := listeners[name]; !ok {
 			t.Errorf("LDS has no %s; got %v", name, keys(listeners))
 		}
 	}
 
-	rds := c.request(resource.RouteType, "80", "8080")
-	routes := decode(t, rds, func() *route.RouteConfiguration { return &route.RouteConfiguration{} })
+	rds := c.Request(resource.RouteType, "80", "8080")
+	routes := adstest.Decode(t, rds, func() *route.RouteConfiguration { return &route.RouteConfiguration{} })
 	if diff := cmp.Diff([]string{"80", "8080"}, keys(routes)); diff != "" {
 		t.Fatalf("RDS names (-want +got):\n%s", diff)
 	}
@@ -280,33 +132,29 @@ func TestRawADSClient(t *testing.T) {
 	// load assignment that changed: the client keeps the others (state of
 	// the world EDS is a named subscription).
 	pipelinetest.WriteFile(t, dir, "echo-slice.yaml", echoSlice("10.244.0.11", "10.244.0.13"))
-	eds2 := c.recv(resource.EndpointType)
+	eds2 := c.RecvType(resource.EndpointType)
 	if eds2.GetVersionInfo() == eds.GetVersionInfo() {
 		t.Errorf("EDS version did not change: %s", eds2.GetVersionInfo())
 	}
-	clas2 := decode(t, eds2, func() *endpoint.ClusterLoadAssignment { return &endpoint.ClusterLoadAssignment{} })
+	clas2 := adstest.Decode(t, eds2, func() *endpoint.ClusterLoadAssignment { return &endpoint.ClusterLoadAssignment{} })
 	if diff := cmp.Diff([]string{echoCluster}, keys(clas2)); diff != "" {
 		t.Errorf("an endpoint-only push carries the changed load assignment only (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff([]string{"10.244.0.11:9080", "10.244.0.13:9080"}, lbAddrs(clas2[echoCluster])); diff != "" {
+	if diff := cmp.Diff([]string{"10.244.0.11:9080", "10.244.0.13:9080"}, adstest.LBAddrs(clas2[echoCluster])); diff != "" {
 		t.Errorf("echo endpoints after the change (-want +got):\n%s", diff)
 	}
-	c.ack(eds2, echoCluster, webHTTP, webTCP)
+	c.ACK(eds2, echoCluster, webHTTP, webTCP)
 
 	// A NACK is recorded and counted and never answered with the same
 	// config; the next real change is sent as usual.
 	pipelinetest.WriteFile(t, dir, "echo-slice.yaml", echoSlice("10.244.0.14"))
-	eds3 := c.recv(resource.EndpointType)
-	c.send(&discovery.DiscoveryRequest{
-		TypeUrl: resource.EndpointType, VersionInfo: eds2.GetVersionInfo(), ResponseNonce: eds3.GetNonce(),
-		ResourceNames: []string{echoCluster, webHTTP, webTCP},
-		ErrorDetail:   &rpcstatus.Status{Code: 3, Message: "test rejects this"},
-	})
+	eds3 := c.RecvType(resource.EndpointType)
+	c.NACK(eds3, eds2.GetVersionInfo(), "test rejects this", echoCluster, webHTTP, webTCP)
 	p.WaitFor(t, "NACK counted", func() bool { return p.Metric(t, "fe-0", "pilot_total_xds_rejects") == 1 })
 	pipelinetest.WriteFile(t, dir, "echo-slice.yaml", echoSlice("10.244.0.15"))
-	eds4 := c.recv(resource.EndpointType)
-	clas4 := decode(t, eds4, func() *endpoint.ClusterLoadAssignment { return &endpoint.ClusterLoadAssignment{} })
-	if diff := cmp.Diff([]string{"10.244.0.15:9080"}, lbAddrs(clas4[echoCluster])); diff != "" {
+	eds4 := c.RecvType(resource.EndpointType)
+	clas4 := adstest.Decode(t, eds4, func() *endpoint.ClusterLoadAssignment { return &endpoint.ClusterLoadAssignment{} })
+	if diff := cmp.Diff([]string{"10.244.0.15:9080"}, adstest.LBAddrs(clas4[echoCluster])); diff != "" {
 		t.Errorf("echo endpoints after the NACK (-want +got):\n%s", diff)
 	}
 	if slices.Contains([]string{eds3.GetVersionInfo()}, eds4.GetVersionInfo()) {

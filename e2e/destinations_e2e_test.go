@@ -13,6 +13,7 @@ import (
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/metadata"
 
+	"github.com/pilotwire/pilotwire/internal/testkit/adstest"
 	"github.com/pilotwire/pilotwire/internal/testkit/pipelinetest"
 	"github.com/pilotwire/pilotwire/internal/testkit/testutil"
 )
@@ -146,16 +147,16 @@ spec:
 
 	// A client watching the subsets' load assignments sees a Pod move from
 	// v1 to v2 when only its label changes.
-	ads := newADSClient(ctx, t, p.ADSAddr)
+	ads := adstest.Dial(ctx, t, p.ADSAddr, adstest.ClientNode)
 	v1, v2 := "outbound|8080|v1|"+hashHost, "outbound|8080|v2|"+hashHost
-	cds := ads.request(resource.ClusterType)
-	if names := keys(decode(t, cds, newCluster)); !slices.Contains(names, v1) || !slices.Contains(names, v2) {
+	cds := ads.Request(resource.ClusterType)
+	if names := keys(adstest.Decode(t, cds, newCluster)); !slices.Contains(names, v1) || !slices.Contains(names, v2) {
 		t.Fatalf("clusters %v lack the subsets", names)
 	}
-	resp := ads.request(resource.EndpointType, v1, v2)
+	resp := ads.Request(resource.EndpointType, v1, v2)
 	addr := func(pod string) string { return fmt.Sprintf("127.0.0.1:%d", ports[pod]) }
 	want := map[string][]string{v1: sorted(addr("a"), addr("b")), v2: sorted(addr("c"), addr("d"))}
-	if got := endpointsOf(resp); !equalEndpoints(got, want) {
+	if got := adstest.EndpointsOf(resp); !equalEndpoints(got, want) {
 		t.Fatalf("subset endpoints %v, want %v", got, want)
 	}
 	pipelinetest.WriteFile(t, dir, "pod-a.yaml", hashPod("a", "v2"))
@@ -163,10 +164,10 @@ spec:
 	got := map[string][]string{}
 	for !equalEndpoints(got, want) {
 		resp := waitResponse(ctx, t, ads, resource.EndpointType)
-		for name, eps := range endpointsOf(resp) {
+		for name, eps := range adstest.EndpointsOf(resp) {
 			got[name] = eps
 		}
-		ads.ack(resp, v1, v2)
+		ads.ACK(resp, v1, v2)
 	}
 	if n := p.Metric(t, "fe-0", "pilot_total_xds_rejects"); n != 0 {
 		t.Errorf("clients rejected %v responses", n)
@@ -187,7 +188,7 @@ func equalEndpoints(got, want map[string][]string) bool {
 }
 
 // waitResponse receives the next response of typeURL, failing when ctx ends.
-func waitResponse(ctx context.Context, t *testing.T, c *adsClient, typeURL string) *discovery.DiscoveryResponse {
+func waitResponse(ctx context.Context, t *testing.T, c *adstest.Client, typeURL string) *discovery.DiscoveryResponse {
 	t.Helper()
 	resp := recvAny(ctx, t, c)
 	if resp.GetTypeUrl() != typeURL {

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/pilotwire/pilotwire/internal/testkit/adstest"
 	"github.com/pilotwire/pilotwire/internal/testkit/natstest"
 	"github.com/pilotwire/pilotwire/internal/testkit/pipelinetest"
 	"github.com/pilotwire/pilotwire/internal/testkit/testutil"
@@ -93,7 +94,7 @@ func (c *envoyClient) connect(addr string) {
 					}
 				}
 			case resource.EndpointType:
-				for name, eps := range endpointsOf(resp) {
+				for name, eps := range adstest.EndpointsOf(resp) {
 					c.endpoints[name] = eps
 				}
 				for n := range c.endpoints {
@@ -161,7 +162,7 @@ func TestTwoFrontendsOneCrashes(t *testing.T) {
 	dir := t.TempDir()
 	pipelinetest.WriteFile(t, dir, "mesh.yaml", meshYAML)
 	pipelinetest.WriteFile(t, dir, "echo-slice.yaml", echoSlice("10.244.0.11"))
-	pipelinetest.WriteFile(t, dir, "web-slice.yaml", webSlice)
+	pipelinetest.WriteFile(t, dir, "web-slice.yaml", adstest.WebSlice)
 	p := pipelinetest.Start(t, dir, pipelinetest.Options{Frontends: 2, FrontendTimeout: time.Second})
 	const echo = "outbound|8080||echo.default.svc.cluster.local"
 
@@ -237,8 +238,8 @@ func TestSlowClient(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), testutil.DefaultTimeout)
 	defer cancel()
 
-	slow := newADSClient(ctx, t, p.ADSAddr)
-	eds := slow.request(resource.EndpointType, echo) // subscribed and ACKed; now it stops reading
+	slow := adstest.Dial(ctx, t, p.ADSAddr, adstest.ClientNode)
+	eds := slow.Request(resource.EndpointType, echo) // subscribed and ACKed; now it stops reading
 
 	fast := newEnvoyClient(t, 1)
 	fast.connect(p.ADSAddr)
@@ -262,9 +263,9 @@ func TestSlowClient(t *testing.T) {
 
 	// The slow client resumes: a stale response at most, then the final one.
 	for n := 1; ; n++ {
-		r := slow.recv(resource.EndpointType)
-		slow.ack(r, echo)
-		got := endpointsOf(r)[echo]
+		r := slow.RecvType(resource.EndpointType)
+		slow.ACK(r, echo)
+		got := adstest.EndpointsOf(r)[echo]
 		if strings.Join(got, ",") == strings.Join(want, ",") {
 			if n > 2 {
 				t.Errorf("slow client got %d responses after resuming, want at most 2", n)

@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
+	"github.com/pilotwire/pilotwire/internal/testkit/adstest"
 	"github.com/pilotwire/pilotwire/internal/testkit/k8stest"
 	"github.com/pilotwire/pilotwire/internal/testkit/pipelinetest"
 	"github.com/pilotwire/pilotwire/internal/testkit/testutil"
@@ -56,12 +57,12 @@ func TestKubernetesClustersMergeEndpoints(t *testing.T) {
 		c.EnableGatewayAPI = true
 		c.ClusterSecretsNamespace = "istio-system" // the binary's default: watched, empty
 	}})
-	c := newADSClient(ctx, t, p.ADSAddr)
+	c := adstest.Dial(ctx, t, p.ADSAddr, adstest.ClientNode)
 
 	const echoCluster = "outbound|8080||echo.default.svc.cluster.local"
-	c.request(resource.ClusterType)
-	eds := c.request(resource.EndpointType, echoCluster)
-	got := lbAddrs(decode(t, eds, func() *endpoint.ClusterLoadAssignment { return &endpoint.ClusterLoadAssignment{} })[echoCluster])
+	c.Request(resource.ClusterType)
+	eds := c.Request(resource.EndpointType, echoCluster)
+	got := adstest.LBAddrs(adstest.Decode(t, eds, func() *endpoint.ClusterLoadAssignment { return &endpoint.ClusterLoadAssignment{} })[echoCluster])
 	if diff := cmp.Diff([]string{"10.244.0.11:9080", "10.245.0.21:9080"}, got); diff != "" {
 		t.Fatalf("echo endpoints from two clusters (-want +got):\n%s", diff)
 	}
@@ -75,9 +76,9 @@ func TestKubernetesClustersMergeEndpoints(t *testing.T) {
 	if _, err := kubeWest.DiscoveryV1().EndpointSlices("default").Update(ctx, sl, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eds = c.recv(resource.EndpointType)
-	c.ack(eds, echoCluster)
-	got = lbAddrs(decode(t, eds, func() *endpoint.ClusterLoadAssignment { return &endpoint.ClusterLoadAssignment{} })[echoCluster])
+	eds = c.RecvType(resource.EndpointType)
+	c.ACK(eds, echoCluster)
+	got = adstest.LBAddrs(adstest.Decode(t, eds, func() *endpoint.ClusterLoadAssignment { return &endpoint.ClusterLoadAssignment{} })[echoCluster])
 	if diff := cmp.Diff([]string{"10.244.0.11:9080", "10.245.0.21:9080", "10.245.0.22:9080"}, got); diff != "" {
 		t.Errorf("echo endpoints after west scaled up (-want +got):\n%s", diff)
 	}
@@ -86,12 +87,12 @@ func TestKubernetesClustersMergeEndpoints(t *testing.T) {
 	if err := kubeEast.DiscoveryV1().EndpointSlices("default").Delete(ctx, "echo-1", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eds = c.recv(resource.EndpointType)
-	got = lbAddrs(decode(t, eds, func() *endpoint.ClusterLoadAssignment { return &endpoint.ClusterLoadAssignment{} })[echoCluster])
+	eds = c.RecvType(resource.EndpointType)
+	got = adstest.LBAddrs(adstest.Decode(t, eds, func() *endpoint.ClusterLoadAssignment { return &endpoint.ClusterLoadAssignment{} })[echoCluster])
 	if diff := cmp.Diff([]string{"10.245.0.21:9080", "10.245.0.22:9080"}, got); diff != "" {
 		t.Errorf("echo endpoints after east's slice was deleted (-want +got):\n%s", diff)
 	}
-	c.ack(eds, echoCluster)
+	c.ACK(eds, echoCluster)
 
 	// A Service created, changed and deleted in west reaches the client as
 	// CDS (the whole set each time, in state of the world).
@@ -99,7 +100,7 @@ func TestKubernetesClustersMergeEndpoints(t *testing.T) {
 	// Every sidecar also has Istio's passthrough and blackhole clusters.
 	clustersOf := func(r *discovery.DiscoveryResponse) []string {
 		var out []string
-		for _, n := range keys(decode(t, r, func() *cluster.Cluster { return &cluster.Cluster{} })) {
+		for _, n := range keys(adstest.Decode(t, r, func() *cluster.Cluster { return &cluster.Cluster{} })) {
 			if !strings.HasSuffix(n, "Cluster") {
 				out = append(out, n)
 			}
@@ -111,8 +112,8 @@ func TestKubernetesClustersMergeEndpoints(t *testing.T) {
 	if _, err := kubeWest.CoreV1().Services("default").Create(ctx, web, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	cds := c.recv(resource.ClusterType)
-	c.ack(cds)
+	cds := c.RecvType(resource.ClusterType)
+	c.ACK(cds)
 	if diff := cmp.Diff([]string{kubeCluster, echoCluster, "outbound|8080||web.default.svc.cluster.local"}, clustersOf(cds)); diff != "" {
 		t.Errorf("clusters after web was created (-want +got):\n%s", diff)
 	}
@@ -124,15 +125,15 @@ func TestKubernetesClustersMergeEndpoints(t *testing.T) {
 	if _, err := kubeWest.CoreV1().Services("default").Update(ctx, web, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	cds = c.recv(resource.ClusterType)
-	c.ack(cds)
+	cds = c.RecvType(resource.ClusterType)
+	c.ACK(cds)
 	if diff := cmp.Diff([]string{kubeCluster, echoCluster, "outbound|8081||web.default.svc.cluster.local"}, clustersOf(cds)); diff != "" {
 		t.Errorf("clusters after web's port changed (-want +got):\n%s", diff)
 	}
 	if err := kubeWest.CoreV1().Services("default").Delete(ctx, "web", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	cds = c.recv(resource.ClusterType)
+	cds = c.RecvType(resource.ClusterType)
 	if diff := cmp.Diff([]string{kubeCluster, echoCluster}, clustersOf(cds)); diff != "" {
 		t.Errorf("clusters after web was deleted (-want +got):\n%s", diff)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
+	"github.com/pilotwire/pilotwire/internal/testkit/adstest"
 	"github.com/pilotwire/pilotwire/internal/testkit/natstest"
 	"github.com/pilotwire/pilotwire/internal/testkit/pipelinetest"
 	"github.com/pilotwire/pilotwire/internal/testkit/testutil"
@@ -53,9 +54,9 @@ func TestLeastPrivilege(t *testing.T) {
 	// orders.
 	ctx, cancel := context.WithTimeout(context.Background(), testutil.DefaultTimeout)
 	defer cancel()
-	c := newADSClient(ctx, t, <-s.adsAddr)
-	cds := c.request(resource.ClusterType)
-	if _, ok := decode(t, cds, func() *cluster.Cluster { return &cluster.Cluster{} })["outbound|80||web.shop.svc.cluster.local"]; !ok {
+	c := adstest.Dial(ctx, t, <-s.adsAddr, adstest.ClientNode)
+	cds := c.Request(resource.ClusterType)
+	if _, ok := adstest.Decode(t, cds, func() *cluster.Cluster { return &cluster.Cluster{} })["outbound|80||web.shop.svc.cluster.local"]; !ok {
 		t.Fatalf("first CDS lacks the web cluster")
 	}
 	s.waitFor(t, "the pusher knows the connection", func() bool {
@@ -70,9 +71,9 @@ spec:
   - {name: http, port: 8000}
 `)
 	for {
-		resp := c.recv(resource.ClusterType)
-		c.ack(resp)
-		if _, ok := decode(t, resp, func() *cluster.Cluster { return &cluster.Cluster{} })["outbound|8000||added.default.svc.cluster.local"]; ok {
+		resp := c.RecvType(resource.ClusterType)
+		c.ACK(resp)
+		if _, ok := adstest.Decode(t, resp, func() *cluster.Cluster { return &cluster.Cluster{} })["outbound|8000||added.default.svc.cluster.local"]; ok {
 			break
 		}
 	}

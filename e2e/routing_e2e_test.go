@@ -16,13 +16,13 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/xds"
 
-	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	resource "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 
+	"github.com/pilotwire/pilotwire/internal/testkit/adstest"
 	"github.com/pilotwire/pilotwire/internal/testkit/pipelinetest"
 	"github.com/pilotwire/pilotwire/internal/testkit/testutil"
 )
@@ -375,18 +375,18 @@ type routerState map[string]*discovery.DiscoveryResponse
 
 // follow reads responses (ACKing each, with names[type] as the
 // subscription) into st until done holds.
-func (st routerState) follow(ctx context.Context, t *testing.T, c *adsClient, names map[string][]string, done func() bool) {
+func (st routerState) follow(ctx context.Context, t *testing.T, c *adstest.Client, names map[string][]string, done func() bool) {
 	t.Helper()
 	for !done() {
 		resp := recvAny(ctx, t, c)
 		st[resp.GetTypeUrl()] = resp
-		c.ack(resp, names[resp.GetTypeUrl()]...)
+		c.ACK(resp, names[resp.GetTypeUrl()]...)
 	}
 }
 
 // recvAny receives the next response of any type, failing the test when
 // ctx ends first.
-func recvAny(ctx context.Context, t *testing.T, c *adsClient) *discovery.DiscoveryResponse {
+func recvAny(ctx context.Context, t *testing.T, c *adstest.Client) *discovery.DiscoveryResponse {
 	t.Helper()
 	type result struct {
 		resp *discovery.DiscoveryResponse
@@ -394,7 +394,7 @@ func recvAny(ctx context.Context, t *testing.T, c *adsClient) *discovery.Discove
 	}
 	ch := make(chan result, 1)
 	go func() {
-		r, err := c.stream.Recv()
+		r, err := c.Stream.Recv()
 		ch <- result{r, err}
 	}()
 	select {
@@ -424,17 +424,16 @@ func TestRouterGateway(t *testing.T) {
 	p := pipelinetest.Start(t, dir)
 	ctx, cancel := context.WithTimeout(context.Background(), testutil.DefaultTimeout)
 	defer cancel()
-	ads := newADSClient(ctx, t, p.ADSAddr)
-	ads.node = &core.Node{Id: "router~10.244.5.1~ingress-0.istio-system~istio-system.svc.cluster.local"}
+	ads := adstest.Dial(ctx, t, p.ADSAddr, "router~10.244.5.1~ingress-0.istio-system~istio-system.svc.cluster.local")
 
 	const v1, v2 = "outbound|8080|v1|web.shop.svc.cluster.local", "outbound|8080|v2|web.shop.svc.cluster.local"
 	names := map[string][]string{resource.RouteType: {"http.80"}}
 	st := routerState{}
 	for _, typeURL := range []string{resource.ClusterType, resource.ListenerType, resource.RouteType} {
-		ads.send(&discovery.DiscoveryRequest{TypeUrl: typeURL, ResourceNames: names[typeURL]})
+		ads.Send(&discovery.DiscoveryRequest{TypeUrl: typeURL, ResourceNames: names[typeURL]})
 	}
 	weights := func() map[string]uint32 {
-		rcs := decode(t, st[resource.RouteType], func() *route.RouteConfiguration { return &route.RouteConfiguration{} })
+		rcs := adstest.Decode(t, st[resource.RouteType], func() *route.RouteConfiguration { return &route.RouteConfiguration{} })
 		out := map[string]uint32{}
 		for _, vh := range rcs["http.80"].GetVirtualHosts() {
 			if !slices.Equal(vh.GetDomains(), []string{"shop.example.com"}) {
@@ -453,7 +452,7 @@ func TestRouterGateway(t *testing.T) {
 			if st[resource.ClusterType] == nil || st[resource.ListenerType] == nil || st[resource.RouteType] == nil {
 				return false
 			}
-			clusters := decode(t, st[resource.ClusterType], newCluster)
+			clusters := adstest.Decode(t, st[resource.ClusterType], newCluster)
 			_, ok1 := clusters[v1]
 			_, ok2 := clusters[v2]
 			w := weights()
@@ -462,7 +461,7 @@ func TestRouterGateway(t *testing.T) {
 	}
 	st.follow(ctx, t, ads, names, ready(90, 10))
 
-	listeners := decode(t, st[resource.ListenerType], func() *listener.Listener { return &listener.Listener{} })
+	listeners := adstest.Decode(t, st[resource.ListenerType], func() *listener.Listener { return &listener.Listener{} })
 	l := listeners["0.0.0.0_80"]
 	if l == nil {
 		t.Fatalf("no listener 0.0.0.0_80 among %v", keys(listeners))

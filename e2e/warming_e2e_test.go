@@ -10,6 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/pilotwire/pilotwire/internal/testkit/adstest"
 	"github.com/pilotwire/pilotwire/internal/testkit/pipelinetest"
 	"github.com/pilotwire/pilotwire/internal/testkit/testutil"
 )
@@ -53,36 +54,36 @@ func TestPortRenameWarmsCluster(t *testing.T) {
 	p := pipelinetest.Start(t, dir)
 	ctx, cancel := context.WithTimeout(context.Background(), testutil.DefaultTimeout)
 	defer cancel()
-	c := newADSClient(ctx, t, p.ADSAddr)
+	c := adstest.Dial(ctx, t, p.ADSAddr, adstest.ClientNode)
 	const name = "outbound|80||api.default.svc.cluster.local"
 
-	cds := c.request(resource.ClusterType)
-	before := decode(t, cds, func() *cluster.Cluster { return &cluster.Cluster{} })[name]
-	eds := c.request(resource.EndpointType, name)
-	if diff := cmp.Diff(map[string][]string{name: {"10.244.2.1:8080"}}, endpointsOf(eds)); diff != "" {
+	cds := c.Request(resource.ClusterType)
+	before := adstest.Decode(t, cds, func() *cluster.Cluster { return &cluster.Cluster{} })[name]
+	eds := c.Request(resource.EndpointType, name)
+	if diff := cmp.Diff(map[string][]string{name: {"10.244.2.1:8080"}}, adstest.EndpointsOf(eds)); diff != "" {
 		t.Fatalf("EDS before the rename (-want +got):\n%s", diff)
 	}
 
 	pipelinetest.WriteFile(t, dir, "api.yaml", warmService("grpc"))
-	cds2 := c.recv(resource.ClusterType)
-	after := decode(t, cds2, func() *cluster.Cluster { return &cluster.Cluster{} })[name]
+	cds2 := c.RecvType(resource.ClusterType)
+	after := adstest.Decode(t, cds2, func() *cluster.Cluster { return &cluster.Cluster{} })[name]
 	if proto.Equal(before, after) {
 		t.Fatalf("cluster %s did not change with the port's protocol", name)
 	}
 	// Envoy: ACK CDS, then re-request EDS for the warming cluster.
-	c.ack(cds2)
-	c.send(&discovery.DiscoveryRequest{TypeUrl: resource.EndpointType, VersionInfo: eds.GetVersionInfo(), ResponseNonce: eds.GetNonce(), ResourceNames: []string{name}})
+	c.ACK(cds2)
+	c.Send(&discovery.DiscoveryRequest{TypeUrl: resource.EndpointType, VersionInfo: eds.GetVersionInfo(), ResponseNonce: eds.GetNonce(), ResourceNames: []string{name}})
 	for {
-		r, err := c.stream.Recv()
+		r, err := c.Stream.Recv()
 		if err != nil {
 			t.Fatalf("waiting for the warming cluster's endpoints: %v", err)
 		}
 		if r.GetTypeUrl() != resource.EndpointType {
-			c.ack(r)
+			c.ACK(r)
 			continue
 		}
-		c.ack(r, name)
-		if got := endpointsOf(r)[name]; cmp.Equal(got, []string{"10.244.2.1:8080"}) {
+		c.ACK(r, name)
+		if got := adstest.EndpointsOf(r)[name]; cmp.Equal(got, []string{"10.244.2.1:8080"}) {
 			return
 		}
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/pilotwire/pilotwire/internal/testkit/adstest"
 	"github.com/pilotwire/pilotwire/internal/testkit/pipelinetest"
 	"github.com/pilotwire/pilotwire/internal/testkit/testutil"
 	"github.com/pilotwire/pilotwire/pkg/snapshot"
@@ -47,13 +48,13 @@ func TestRenderFromSnapshot(t *testing.T) {
 	_, dir, _, s := startMesh(t)
 	ctx, cancel := context.WithTimeout(context.Background(), testutil.DefaultTimeout)
 	defer cancel()
-	pf := proxyFlags{Proxy: testNode}
+	pf := proxyFlags{Proxy: adstest.WebNode}
 	res, err := pf.resolve()
 	if err != nil {
 		t.Fatal(err)
 	}
 	old := lastSeq(ctx, t, s)
-	pipelinetest.WriteFile(t, dir, "echo-slice.yaml", echoSlice("10.244.0.11", "10.244.0.12", "10.244.0.13"))
+	pipelinetest.WriteFile(t, dir, "echo-slice.yaml", adstest.EchoSlice("echo-1", []string{"10.244.0.11", "10.244.0.12", "10.244.0.13"}))
 	testutil.Eventually(t, "the endpoint change on the stream", func() bool { return lastSeq(ctx, t, s) > old })
 	now := lastSeq(ctx, t, s)
 	before, err := renderAt(ctx, s, res, point{Seq: now}, nil)

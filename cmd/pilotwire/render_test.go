@@ -14,6 +14,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/pilotwire/pilotwire/internal/testkit/adstest"
 	"github.com/pilotwire/pilotwire/internal/testkit/pipelinetest"
 	"github.com/pilotwire/pilotwire/internal/testkit/testutil"
 	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
@@ -24,9 +25,9 @@ import (
 func startMesh(t *testing.T) (*pipelinetest.Pipeline, string, connConfig, *session) {
 	t.Helper()
 	dir := t.TempDir()
-	pipelinetest.WriteFile(t, dir, "mesh.yaml", meshYAML)
-	pipelinetest.WriteFile(t, dir, "echo-slice.yaml", echoSlice("10.244.0.11", "10.244.0.12"))
-	pipelinetest.WriteFile(t, dir, "web-slice.yaml", webSlice)
+	pipelinetest.WriteFile(t, dir, "mesh.yaml", adstest.MeshYAML)
+	pipelinetest.WriteFile(t, dir, "echo-slice.yaml", adstest.EchoSlice("echo-1", []string{"10.244.0.11", "10.244.0.12"}))
+	pipelinetest.WriteFile(t, dir, "web-slice.yaml", adstest.WebSlice)
 	p := pipelinetest.Start(t, dir)
 	cc := connConfig{NATSURL: p.URL, Prefix: "pw", Timeout: 20 * time.Second, Output: "table"}
 	s, err := cc.connect()
@@ -115,12 +116,12 @@ func TestRenderMatchesFrontend(t *testing.T) {
 	p, dir, cc, s := startMesh(t)
 	ctx, cancel := context.WithTimeout(context.Background(), testutil.DefaultTimeout)
 	defer cancel()
-	c := newADSClient(ctx, t, p.ADSAddr, testNode)
+	c := adstest.Dial(ctx, t, p.ADSAddr, adstest.WebNode)
 
-	cds := c.request(resource.ClusterType)
-	eds := c.request(resource.EndpointType, edsNames(t, cds)...)
-	lds := c.request(resource.ListenerType)
-	rds := c.request(resource.RouteType, rdsNames(t, lds)...)
+	cds := c.Request(resource.ClusterType)
+	eds := c.Request(resource.EndpointType, adstest.EDSNames(t, cds)...)
+	lds := c.Request(resource.ListenerType)
+	rds := c.Request(resource.RouteType, adstest.RDSNames(t, lds)...)
 	if len(eds.GetResources()) == 0 || len(rds.GetResources()) == 0 {
 		t.Fatalf("want load assignments and routes, got %d and %d", len(eds.GetResources()), len(rds.GetResources()))
 	}
@@ -130,7 +131,7 @@ func TestRenderMatchesFrontend(t *testing.T) {
 			t.Fatalf("%s generated at seq %d, routes at %d: the mesh changed under the test", r.GetTypeUrl(), got, seq)
 		}
 	}
-	pf := proxyFlags{Proxy: testNode}
+	pf := proxyFlags{Proxy: adstest.WebNode}
 	res, err := pf.resolve()
 	if err != nil {
 		t.Fatal(err)
@@ -147,12 +148,12 @@ func TestRenderMatchesFrontend(t *testing.T) {
 	}
 
 	// An endpoint change: the frontend pushes the changed load assignment.
-	pipelinetest.WriteFile(t, dir, "echo-slice.yaml", echoSlice("10.244.0.11", "10.244.0.12", "10.244.0.13"))
-	push := c.recv()
+	pipelinetest.WriteFile(t, dir, "echo-slice.yaml", adstest.EchoSlice("echo-1", []string{"10.244.0.11", "10.244.0.12", "10.244.0.13"}))
+	push := c.Recv()
 	if push.GetTypeUrl() != resource.EndpointType {
 		t.Fatalf("pushed %s, want load assignments", push.GetTypeUrl())
 	}
-	c.ack(push, edsNames(t, cds)...)
+	c.ACK(push, adstest.EDSNames(t, cds)...)
 	seq2 := responseSeq(ctx, t, s, push.GetNonce())
 	after, err := renderAt(ctx, s, res, point{Seq: seq2}, []string{resource.EndpointType})
 	if err != nil {
@@ -181,7 +182,7 @@ func TestRenderMatchesFrontend(t *testing.T) {
 	} {
 		var out bytes.Buffer
 		pc := proxyConfigConfig{connConfig: cc, At: tc.at}
-		if err := runProxyConfig(ctx, &out, pc, tc.what, testNode); err != nil {
+		if err := runProxyConfig(ctx, &out, pc, tc.what, adstest.WebNode); err != nil {
 			t.Fatal(err)
 		}
 		for _, w := range tc.want {

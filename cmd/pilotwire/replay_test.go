@@ -9,6 +9,7 @@ import (
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	resource "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 
+	"github.com/pilotwire/pilotwire/internal/testkit/adstest"
 	"github.com/pilotwire/pilotwire/internal/testkit/pipelinetest"
 	"github.com/pilotwire/pilotwire/internal/testkit/testutil"
 	"github.com/pilotwire/pilotwire/services/ingest"
@@ -16,17 +17,17 @@ import (
 
 // replayNodes are the proxies compared: a sidecar with inbound config and
 // one in another namespace.
-var replayNodes = []string{testNode, "sidecar~10.244.0.11~echo-0.default~default.svc.cluster.local"}
+var replayNodes = []string{adstest.WebNode, "sidecar~10.244.0.11~echo-0.default~default.svc.cluster.local"}
 
 // proxyConfig subscribes a raw ADS client to CDS, EDS, LDS and RDS, as an
 // Envoy does, and returns the four responses.
 func proxyConfig(ctx context.Context, t *testing.T, addr, node string) []*discovery.DiscoveryResponse {
 	t.Helper()
-	c := newADSClient(ctx, t, addr, node)
-	cds := c.request(resource.ClusterType)
-	eds := c.request(resource.EndpointType, edsNames(t, cds)...)
-	lds := c.request(resource.ListenerType)
-	rds := c.request(resource.RouteType, rdsNames(t, lds)...)
+	c := adstest.Dial(ctx, t, addr, node)
+	cds := c.Request(resource.ClusterType)
+	eds := c.Request(resource.EndpointType, adstest.EDSNames(t, cds)...)
+	lds := c.Request(resource.ListenerType)
+	rds := c.Request(resource.RouteType, adstest.RDSNames(t, lds)...)
 	return []*discovery.DiscoveryResponse{cds, eds, lds, rds}
 }
 
@@ -51,7 +52,7 @@ func TestReplayIntoFreshStack(t *testing.T) {
 		}
 	}
 	// The original moves on.
-	pipelinetest.WriteFile(t, dir, "echo-slice.yaml", echoSlice("10.244.0.11", "10.244.0.12", "10.244.0.13"))
+	pipelinetest.WriteFile(t, dir, "echo-slice.yaml", adstest.EchoSlice("echo-1", []string{"10.244.0.11", "10.244.0.12", "10.244.0.13"}))
 	testutil.Eventually(t, "the endpoint change on the stream", func() bool { return lastSeq(ctx, t, s) > at })
 
 	// A fresh stack whose ingest owns a cluster of its own, with nothing in it.

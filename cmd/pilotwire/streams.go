@@ -27,7 +27,7 @@ type streamsConfig struct {
 func newStreamsCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "streams",
-		Short: "Check or apply the config of the mesh's streams and buckets",
+		Short: "Check or apply the config of the mesh's streams, buckets and object store",
 		Long: `Every stream and bucket of a mesh is declared in one place (pkg/bus). A
 service creates what is missing at start but never changes an existing
 stream: it logs each field that differs and sets pilotwire_stream_drift.
@@ -36,7 +36,7 @@ stream: it logs each field that differs and sets pilotwire_stream_drift.
 	var check streamsConfig
 	checkCmd := &cobra.Command{
 		Use:   "check",
-		Short: "List the streams and buckets that are missing or differ from their declaration (exit 1 if any)",
+		Short: "List the streams, buckets and object store that are missing or differ from their declaration (exit 1 if any)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runStreams(cmd.Context(), os.Stdout, check, false)
@@ -47,7 +47,7 @@ stream: it logs each field that differs and sets pilotwire_stream_drift.
 	var apply streamsConfig
 	applyCmd := &cobra.Command{
 		Use:   "apply",
-		Short: "Create the missing streams and buckets and change those that differ from their declaration",
+		Short: "Create the missing streams, buckets and object store and change those that differ from their declaration",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runStreams(cmd.Context(), os.Stdout, apply, true)

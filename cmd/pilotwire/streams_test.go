@@ -24,7 +24,7 @@ func TestStreamsApply(t *testing.T) {
 	_, js := natstest.Connect(t, c.URLs())
 	names, _ := bus.NewNames("pw")
 	// What a service started without --replicas created, the deliveries
-	// stream left missing.
+	// stream and the snapshot object store left missing.
 	if _, err := bus.EnsureStream(ctx, js, names.ChangesConfig(bus.StreamOptions{})); err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +42,7 @@ func TestStreamsApply(t *testing.T) {
 	if !errors.Is(err, errDrift) {
 		t.Errorf("check: err %v, want %v", err, errDrift)
 	}
-	for _, want := range []string{"PW_CHANGES  differs  replicas: have 1, want 3", "PW_DELIVERIES  missing", "PW_LEASES  differs  replicas: have 1, want 3"} {
+	for _, want := range []string{"PW_CHANGES  differs  replicas: have 1, want 3", "PW_DELIVERIES  missing", "PW_LEASES  differs  replicas: have 1, want 3", "object store  PW_SNAPSHOTS  missing"} {
 		if !strings.Contains(strings.Join(strings.Fields(out), "  "), strings.Join(strings.Fields(want), "  ")) {
 			t.Errorf("check output lacks %q:\n%s", want, out)
 		}
@@ -53,7 +53,7 @@ func TestStreamsApply(t *testing.T) {
 	if out, err = run(false); err != nil {
 		t.Errorf("check after apply: %v\n%s", err, out)
 	}
-	for _, name := range []string{names.ChangesStream(), names.PushesStream(), names.DeliveriesStream(), "KV_" + names.RegistryBucket(), "KV_" + names.LeaseBucket()} {
+	for _, name := range []string{names.ChangesStream(), names.PushesStream(), names.DeliveriesStream(), "KV_" + names.RegistryBucket(), "KV_" + names.LeaseBucket(), "OBJ_" + names.SnapshotBucket()} {
 		s, err := js.Stream(ctx, name)
 		if err != nil {
 			t.Fatal(err)

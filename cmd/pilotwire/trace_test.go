@@ -11,6 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
+	"github.com/pilotwire/pilotwire/internal/testkit/adstest"
 	"github.com/pilotwire/pilotwire/internal/testkit/pipelinetest"
 	"github.com/pilotwire/pilotwire/internal/testkit/testutil"
 )
@@ -23,21 +24,21 @@ func TestBrokenConfig(t *testing.T) {
 	p, dir, cc, s := startMesh(t)
 	ctx, cancel := context.WithTimeout(context.Background(), testutil.DefaultTimeout)
 	defer cancel()
-	c := newADSClient(ctx, t, p.ADSAddr, testNode)
-	cds := c.request(resource.ClusterType)
-	edsSub := edsNames(t, cds)
-	eds := c.request(resource.EndpointType, edsSub...)
-	lds := c.request(resource.ListenerType)
-	rds := c.request(resource.RouteType, rdsNames(t, lds)...)
+	c := adstest.Dial(ctx, t, p.ADSAddr, adstest.WebNode)
+	cds := c.Request(resource.ClusterType)
+	edsSub := adstest.EDSNames(t, cds)
+	eds := c.Request(resource.EndpointType, edsSub...)
+	lds := c.Request(resource.ListenerType)
+	rds := c.Request(resource.RouteType, adstest.RDSNames(t, lds)...)
 	before := responseSeq(ctx, t, s, rds.GetNonce())
 
 	const reject = "endpoint 10.244.0.66: rejected on purpose"
-	pipelinetest.WriteFile(t, dir, "echo-slice.yaml", echoSlice("10.244.0.11", "10.244.0.12", "10.244.0.66"))
-	push := c.recv()
+	pipelinetest.WriteFile(t, dir, "echo-slice.yaml", adstest.EchoSlice("echo-1", []string{"10.244.0.11", "10.244.0.12", "10.244.0.66"}))
+	push := c.Recv()
 	if push.GetTypeUrl() != resource.EndpointType || !strings.Contains(push.String(), "10.244.0.66") {
 		t.Fatalf("want the load assignment with 10.244.0.66, got %s", push.GetTypeUrl())
 	}
-	c.nack(push, eds.GetVersionInfo(), reject, edsSub...)
+	c.NACK(push, eds.GetVersionInfo(), reject, edsSub...)
 	after := responseSeq(ctx, t, s, push.GetNonce())
 	if after <= before {
 		t.Fatalf("push generated at seq %d, not after %d", after, before)
@@ -64,7 +65,7 @@ func TestBrokenConfig(t *testing.T) {
 	if len(rep.Pushes) == 0 || rep.Pushes[0].ThroughSeq < ch.Seq {
 		t.Errorf("pushes: %+v, want a PushRequest covering seq %d", rep.Pushes, ch.Seq)
 	}
-	want := []tracedDeliv{{Frontend: "fe-0", Node: testNode, Type: "eds", Version: push.GetVersionInfo(), Nonce: push.GetNonce(),
+	want := []tracedDeliv{{Frontend: "fe-0", Node: adstest.WebNode, Type: "eds", Version: push.GetVersionInfo(), Nonce: push.GetNonce(),
 		ThroughSeq: after, Result: "NACK", Error: reject}}
 	if diff := cmp.Diff(want, rep.Deliveries, cmpopts.IgnoreFields(tracedDeliv{}, "Conn", "Sent", "Answered")); diff != "" {
 		t.Errorf("deliveries (-want +got):\n%s", diff)
@@ -88,7 +89,7 @@ func TestBrokenConfig(t *testing.T) {
 		}
 		return len(st.Proxies) == 1 && len(st.Proxies[0].Types) == 4
 	})
-	if len(st.Proxies) != 1 || st.Proxies[0].Node != testNode || st.Proxies[0].Frontend != "fe-0" {
+	if len(st.Proxies) != 1 || st.Proxies[0].Node != adstest.WebNode || st.Proxies[0].Frontend != "fe-0" {
 		t.Fatalf("status: %+v, want the one proxy", st.Proxies)
 	}
 	states := map[string]string{}
@@ -110,7 +111,7 @@ func TestBrokenConfig(t *testing.T) {
 	}
 
 	// render before and after: the two configs the proxy was sent.
-	pf := proxyFlags{Proxy: testNode}
+	pf := proxyFlags{Proxy: adstest.WebNode}
 	res, err := pf.resolve()
 	if err != nil {
 		t.Fatal(err)

@@ -9,18 +9,20 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// Declared is every stream and bucket of one mesh with the config this
-// version of pilotwire wants: the one owner of their configuration. A
-// service opens what it needs with EnsureStream/EnsureKV (create when
-// missing, never change) and reports any drift; only `pilotwire streams
-// apply` (Apply) changes an existing stream.
+// Declared is every stream, bucket and object store of one mesh with the
+// config this version of pilotwire wants: the one owner of their
+// configuration. A service opens what it needs with
+// EnsureStream/EnsureKV/EnsureObjectStore (create when missing, never
+// change) and reports any drift; only `pilotwire streams apply` (Apply)
+// changes an existing stream.
 type Declared struct {
-	Streams []jetstream.StreamConfig
-	Buckets []jetstream.KeyValueConfig
+	Streams      []jetstream.StreamConfig
+	Buckets      []jetstream.KeyValueConfig
+	ObjectStores []jetstream.ObjectStoreConfig
 }
 
-// Declared lists every stream and bucket (the Config functions in
-// streams.go declare each one).
+// Declared lists every stream, bucket and object store (the Config
+// functions in streams.go declare each one).
 func (n Names) Declared(o StreamOptions) Declared {
 	return Declared{
 		Streams: []jetstream.StreamConfig{
@@ -31,6 +33,9 @@ func (n Names) Declared(o StreamOptions) Declared {
 		Buckets: []jetstream.KeyValueConfig{
 			n.RegistryConfig(o),
 			n.LeaseConfig(o),
+		},
+		ObjectStores: []jetstream.ObjectStoreConfig{
+			n.SnapshotsConfig(o),
 		},
 	}
 }
@@ -99,6 +104,35 @@ func BucketDrift(have, want jetstream.KeyValueConfig) []Drift {
 	return d
 }
 
+// ObjectStoreDrift is StreamDrift for an object store.
+func ObjectStoreDrift(have, want jetstream.ObjectStoreConfig) []Drift {
+	var d drifts
+	d.check("storage", have.Storage, want.Storage)
+	d.check("replicas", max(have.Replicas, 1), max(want.Replicas, 1))
+	d.check("ttl", have.TTL, want.TTL)
+	d.check("max_bytes", limit(have.MaxBytes), limit(want.MaxBytes))
+	d.check("compression", have.Compression, want.Compression)
+	return d
+}
+
+// ObjectStoreConfig reads an object store's config back from the server.
+func ObjectStoreConfig(ctx context.Context, obj jetstream.ObjectStore) (jetstream.ObjectStoreConfig, error) {
+	st, err := obj.Status(ctx)
+	if err != nil {
+		return jetstream.ObjectStoreConfig{}, fmt.Errorf("status of object store: %w", err)
+	}
+	bs, ok := st.(*jetstream.ObjectBucketStatus)
+	if !ok {
+		return jetstream.ObjectStoreConfig{}, fmt.Errorf("status of object store %s: unexpected type %T", st.Bucket(), st)
+	}
+	cfg := bs.StreamInfo().Config
+	return jetstream.ObjectStoreConfig{
+		Bucket: bs.Bucket(), Description: cfg.Description, TTL: cfg.MaxAge, MaxBytes: cfg.MaxBytes,
+		Storage: cfg.Storage, Replicas: cfg.Replicas, Placement: cfg.Placement,
+		Compression: cfg.Compression != jetstream.NoCompression, Metadata: cfg.Metadata,
+	}, nil
+}
+
 // EnsureStream opens the stream cfg names, creating it with cfg when it is
 // missing. An existing stream is never changed, whatever its config: check
 // it with StreamDrift, change it with ApplyStream.
@@ -147,7 +181,8 @@ func BucketConfig(ctx context.Context, kv jetstream.KeyValue) (jetstream.KeyValu
 
 // Status is what Check or Apply found of one declared stream or bucket.
 type Status struct {
-	// Name is the stream's or bucket's name; Kind is "stream" or "bucket".
+	// Name is the stream's, bucket's or object store's name; Kind is
+	// "stream", "bucket" or "object store".
 	Name, Kind string
 	// Missing: it does not exist (Check), or did not and was created
 	// (Apply).
@@ -157,19 +192,20 @@ type Status struct {
 	Drift []Drift
 }
 
-// OK reports a stream or bucket that exists as declared.
+// OK reports a stream, bucket or object store that exists as declared.
 func (s Status) OK() bool { return !s.Missing && len(s.Drift) == 0 }
 
-// Check compares every declared stream and bucket with the server's,
-// changing nothing; with keepReplicas, replica counts are not compared.
+// Check compares every declared stream, bucket and object store with the
+// server's, changing nothing; with keepReplicas, replica counts are not
+// compared.
 func (d Declared) Check(ctx context.Context, js jetstream.JetStream, keepReplicas bool) ([]Status, error) {
 	return d.walk(ctx, js, false, keepReplicas)
 }
 
-// Apply makes every declared stream and bucket as declared: it creates the
-// missing ones and updates those that drift. With keepReplicas an existing
-// stream keeps its replica count. It returns what it found before
-// changing it.
+// Apply makes every declared stream, bucket and object store as declared:
+// it creates the missing ones and updates those that drift. With
+// keepReplicas an existing stream keeps its replica count. It returns what
+// it found before changing it.
 func (d Declared) Apply(ctx context.Context, js jetstream.JetStream, keepReplicas bool) ([]Status, error) {
 	return d.walk(ctx, js, true, keepReplicas)
 }
@@ -218,6 +254,31 @@ func (d Declared) walk(ctx context.Context, js jetstream.JetStream, apply, keepR
 		if apply && !st.OK() {
 			if _, err := js.CreateOrUpdateKeyValue(ctx, cfg); err != nil {
 				return out, fmt.Errorf("apply bucket %s: %w", cfg.Bucket, err)
+			}
+		}
+		out = append(out, st)
+	}
+	for _, cfg := range d.ObjectStores {
+		st := Status{Name: cfg.Bucket, Kind: "object store"}
+		obj, err := js.ObjectStore(ctx, cfg.Bucket)
+		switch {
+		case errors.Is(err, jetstream.ErrBucketNotFound):
+			st.Missing = true
+		case err != nil:
+			return out, fmt.Errorf("object store %s: %w", cfg.Bucket, err)
+		default:
+			have, err := ObjectStoreConfig(ctx, obj)
+			if err != nil {
+				return out, err
+			}
+			if keepReplicas {
+				cfg.Replicas = have.Replicas
+			}
+			st.Drift = ObjectStoreDrift(have, cfg)
+		}
+		if apply && !st.OK() {
+			if _, err := js.CreateOrUpdateObjectStore(ctx, cfg); err != nil {
+				return out, fmt.Errorf("apply object store %s: %w", cfg.Bucket, err)
 			}
 		}
 		out = append(out, st)

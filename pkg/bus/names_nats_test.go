@@ -2,12 +2,14 @@ package bus_test
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/pilotwire/pilotwire/internal/testkit/natstest"
@@ -184,5 +186,130 @@ func TestEnsureNeverChangesStreams(t *testing.T) {
 		if !st.OK() {
 			t.Errorf("after apply: %+v, want as declared", st)
 		}
+	}
+}
+
+// TestDeclaredObjectStores: the snapshot object store is declared with
+// the streams and buckets, so Check reports it missing or drifting and
+// Apply creates it or puts it back as declared.
+func TestDeclaredObjectStores(t *testing.T) {
+	ctx, js, n, _ := registry(t)
+	decl := n.Declared(bus.StreamOptions{})
+	decl.Streams, decl.Buckets = nil, nil // the registry above is not this test's
+	want := n.SnapshotsConfig(bus.StreamOptions{})
+	if diff := cmp.Diff([]jetstream.ObjectStoreConfig{want}, decl.ObjectStores); diff != "" {
+		t.Fatalf("declared object stores (-want +got):\n%s", diff)
+	}
+	check := func(what string) []bus.Status {
+		t.Helper()
+		st, err := decl.Check(ctx, js, false)
+		if err != nil {
+			t.Fatalf("check %s: %v", what, err)
+		}
+		return st
+	}
+	if diff := cmp.Diff([]bus.Status{{Name: n.SnapshotBucket(), Kind: "object store", Missing: true}}, check("with none")); diff != "" {
+		t.Errorf("check with no object store (-want +got):\n%s", diff)
+	}
+
+	// One created by hand (or by an older version) with other limits.
+	drifted := want
+	drifted.TTL, drifted.MaxBytes = time.Hour, 1<<20
+	if _, err := js.CreateObjectStore(ctx, drifted); err != nil {
+		t.Fatal(err)
+	}
+	wantDrift := []bus.Status{{Name: n.SnapshotBucket(), Kind: "object store", Drift: []bus.Drift{
+		{Field: "ttl", Have: "1h0m0s", Want: "0s"},
+		{Field: "max_bytes", Have: "1048576", Want: "-1"},
+	}}}
+	if diff := cmp.Diff(wantDrift, check("drifted")); diff != "" {
+		t.Errorf("check of a drifted object store (-want +got):\n%s", diff)
+	}
+	applied, err := decl.Apply(ctx, js, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(wantDrift, applied); diff != "" {
+		t.Errorf("apply (-want +got):\n%s", diff)
+	}
+	for _, st := range check("after apply") {
+		if !st.OK() {
+			t.Errorf("after apply: %+v, want as declared", st)
+		}
+	}
+	s, err := js.Stream(ctx, "OBJ_"+n.SnapshotBucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg := s.CachedInfo().Config; cfg.MaxAge != 0 || cfg.MaxBytes > 0 {
+		t.Errorf("object store stream after apply: max age %v, max bytes %d; want no limits", cfg.MaxAge, cfg.MaxBytes)
+	}
+
+	// Apply creates a missing one.
+	if err := js.DeleteObjectStore(ctx, n.SnapshotBucket()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := decl.Apply(ctx, js, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.ObjectStore(ctx, n.SnapshotBucket()); err != nil {
+		t.Errorf("object store after apply: %v", err)
+	}
+}
+
+// TestEnsureObjectStoreNeverChangesIt: like a stream or a bucket, an
+// object store that exists is never changed by EnsureObjectStore, also
+// when opening it fails for another reason than its absence (a timeout,
+// a stream without a leader): the error is returned. A missing one is
+// created.
+func TestEnsureObjectStoreNeverChangesIt(t *testing.T) {
+	ctx, js, n, _ := registry(t)
+	want := n.SnapshotsConfig(bus.StreamOptions{})
+	drifted := want
+	drifted.TTL = time.Hour
+	if _, err := js.CreateObjectStore(ctx, drifted); err != nil {
+		t.Fatal(err)
+	}
+	ttl := func(what string) time.Duration {
+		t.Helper()
+		obj, err := js.ObjectStore(ctx, want.Bucket)
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		cfg, err := bus.ObjectStoreConfig(ctx, obj)
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		return cfg.TTL
+	}
+
+	if _, err := bus.EnsureObjectStore(ctx, js, want); err != nil {
+		t.Fatal(err)
+	}
+	if got := ttl("after ensure"); got != time.Hour {
+		t.Errorf("TTL after ensuring an existing store: %v, want it left at 1h", got)
+	}
+
+	failing := natstest.Wrap(js, natstest.Hooks{Fail: func(method, _ string) error {
+		if method == "ObjectStore" {
+			return nats.ErrTimeout
+		}
+		return nil
+	}})
+	if _, err := bus.EnsureObjectStore(ctx, failing, want); !errors.Is(err, nats.ErrTimeout) {
+		t.Errorf("ensure while opening times out: err %v, want %v", err, nats.ErrTimeout)
+	}
+	if got := ttl("after a failed open"); got != time.Hour {
+		t.Errorf("TTL after ensuring while opening times out: %v, want it left at 1h", got)
+	}
+
+	if err := js.DeleteObjectStore(ctx, want.Bucket); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bus.EnsureObjectStore(ctx, js, want); err != nil {
+		t.Fatal(err)
+	}
+	if got := ttl("after creating"); got != 0 {
+		t.Errorf("TTL of a created store: %v, want none", got)
 	}
 }

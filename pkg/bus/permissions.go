@@ -110,7 +110,9 @@ func (n Names) ReaderPermissions(user string) Permissions {
 	for _, b := range d.Buckets {
 		streams = append(streams, n.kvStream(b.Bucket))
 	}
-	streams = append(streams, objStream(n.SnapshotBucket()))
+	for _, o := range d.ObjectStores {
+		streams = append(streams, objStream(o.Bucket))
+	}
 	for _, s := range streams {
 		for _, subj := range jsStream(s) {
 			if !strings.HasPrefix(subj, "$JS.API.STREAM.CREATE.") {

@@ -121,3 +121,36 @@ func BenchmarkApplyAndSnapshotIstio(b *testing.B) {
 		run(b, protos)
 	})
 }
+
+// BenchmarkApplyAndSnapshotGatewayAPI is BenchmarkApplyAndSnapshot's
+// endpoint flap in a mesh that also holds a GAMMA route: a rebuild with a
+// dirty service then asks whether what backendRefs resolve against (the
+// Services and ServiceEntries) changed.
+func BenchmarkApplyAndSnapshotGatewayAPI(b *testing.B) {
+	s := benchStore(b, 1000, 10)
+	applyAll(b, s, add("c1", gatewayAPIObj("HTTPRoute", "ns", "split", map[string]any{
+		"parentRefs": []any{map[string]any{"group": "", "kind": "Service", "name": "svc-0000", "port": 80}},
+		"rules": []any{map[string]any{"backendRefs": []any{
+			map[string]any{"name": "svc-0001", "port": 80, "weight": 80},
+			map[string]any{"name": "svc-0002", "port": 80, "weight": 20},
+		}}},
+	})))
+	if s.Snapshot().VirtualServiceFor("ns", Hostname("ns", "svc-0000")) == nil {
+		b.Fatal("the route has no VirtualService")
+	}
+	var protos [2]*pb.ChangeRecord
+	for i := range protos {
+		eps := []ep{{addr: "10.0.7.1"}, {addr: "10.0.7.2", ready: ptr(i == 0)}}
+		protos[i] = upd("c1", slice("ns", "svc-0007-abc", "svc-0007", []slicePort{named("http", 8080)}, eps...)).proto(b)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		seq := s.AppliedSeq() + 1
+		if err := s.Apply(protos[seq%2], seq); err != nil {
+			b.Fatal(err)
+		}
+		if m := s.Snapshot(); m.Seq != seq {
+			b.Fatalf("snapshot at %d, want %d", m.Seq, seq)
+		}
+	}
+}

@@ -109,24 +109,38 @@ func (s *Store) gatewayAPIRefs() ([]types.NamespacedName, []gatewayapi.ServiceEn
 	return svcs, ses
 }
 
-// gatewayAPIRefsChanged reports whether what backendRefs resolve against
-// changed since the last conversion (and remembers the new set). It is
-// only asked when Gateway API objects exist.
-func (s *Store) gatewayAPIRefsChanged() bool {
-	svcs, ses := s.gatewayAPIRefs()
-	var b strings.Builder
-	for _, n := range svcs {
-		b.WriteString(n.String())
-		b.WriteByte(0)
+// gatewayAPIRef is what one object adds to the set Gateway API
+// backendRefs and parentRefs resolve against: for a Service, whether its
+// name exists in any cluster; for a ServiceEntry, whether it exists and
+// its hosts.
+type gatewayAPIRef struct {
+	present bool
+	hosts   []string
+}
+
+// gatewayAPIRefOf returns what key adds to that set now.
+func (s *Store) gatewayAPIRefOf(key ObjectKey) gatewayAPIRef {
+	switch {
+	case key.isService():
+		_, ok := s.services[serviceKey{Namespace: key.Namespace, Name: key.Name}]
+		return gatewayAPIRef{present: ok}
+	case key.isNetworking(KindServiceEntry):
+		if se := s.entries[key]; se != nil {
+			return gatewayAPIRef{present: true, hosts: se.spec.GetHosts()}
+		}
 	}
-	for _, se := range ses {
-		fmt.Fprintf(&b, "%s/%s=%s\x00", se.Namespace, se.Name, strings.Join(se.Hosts, ","))
+	return gatewayAPIRef{}
+}
+
+// noteGatewayAPIRef bumps gatewayAPIRefsGen if what key adds to that set
+// is no longer before (taken before its record was applied): a Service
+// name or a ServiceEntry came or went, or an entry's hosts changed. An
+// update that keeps them costs no conversion.
+func (s *Store) noteGatewayAPIRef(key ObjectKey, before gatewayAPIRef) {
+	after := s.gatewayAPIRefOf(key)
+	if after.present != before.present || !slices.Equal(after.hosts, before.hosts) {
+		s.gatewayAPIRefsGen++
 	}
-	if b.String() == s.gatewayAPIRefsSeen {
-		return false
-	}
-	s.gatewayAPIRefsSeen = b.String()
-	return true
 }
 
 // convertGatewayAPI converts the stored Gateway API objects into routing

@@ -102,10 +102,13 @@ func (s *Store) rebuild() *Mesh {
 		s.sidecarsDirty = false
 		s.problemsDirty = true
 	}
-	if len(s.gatewayAPI) > 0 && (len(s.dirty) > 0 || s.entriesDirty) && s.gatewayAPIRefsChanged() {
-		// Gateway API backendRefs resolve against the services: convert
+	if s.gatewayAPIRefsSeen != s.gatewayAPIRefsGen {
+		// Gateway API references resolve against the services: convert
 		// again when a Service or ServiceEntry came or went.
-		s.routingDirty = true
+		s.gatewayAPIRefsSeen = s.gatewayAPIRefsGen
+		if len(s.gatewayAPI) > 0 {
+			s.routingDirty = true
+		}
 	}
 	routingChanged := s.routingDirty
 	if s.routingDirty {

@@ -56,10 +56,12 @@ type Store struct {
 	gateways        map[ObjectKey]*GatewayInput
 	routingDirty    bool
 	// Gateway API objects (gatewayapi.go), converted into routing inputs;
-	// gatewayAPIRefsSeen is the Services and ServiceEntries of the last
-	// conversion, which its backendRefs resolved against.
+	// gatewayAPIRefsGen counts the changes to the Services and
+	// ServiceEntries its references resolve against (gatewayAPIRef), and
+	// gatewayAPIRefsSeen is the count the last rebuild saw.
 	gatewayAPI         map[ObjectKey]*storedGatewayAPI
-	gatewayAPIRefsSeen string
+	gatewayAPIRefsGen  uint64
+	gatewayAPIRefsSeen uint64
 	routeIdx           *routeIndex
 	// undecodable: objects whose last record could not be decoded (the
 	// previous version stays), reported as problems.
@@ -174,6 +176,7 @@ func (s *Store) apply(rec *pb.ChangeRecord, seq uint64) error {
 	if key.Kind == "" || key.Name == "" {
 		return fmt.Errorf("object %s: kind and name are required", key)
 	}
+	defer s.noteGatewayAPIRef(key, s.gatewayAPIRefOf(key))
 	switch rec.GetOp() {
 	case pb.Op_OP_ADD, pb.Op_OP_UPDATE:
 		e, err := decode(key, rec.GetObject())

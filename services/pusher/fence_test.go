@@ -15,33 +15,8 @@ import (
 	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
 )
 
-// pausableJS hands out a lease bucket whose renewals hang while paused,
-// as they would for a process stopped by SIGSTOP or a long GC pause.
-type pausableJS struct {
-	jetstream.JetStream
-	paused *atomic.Bool
-}
-
-// wrap makes the lease bucket pausable, whichever call opened it.
-func (js pausableJS) wrap(kv jetstream.KeyValue, err error) (jetstream.KeyValue, error) {
-	if err != nil || kv.Bucket() != names.LeaseConfig(bus.StreamOptions{}).Bucket {
-		return kv, err
-	}
-	return pausableKV{KeyValue: kv, paused: js.paused}, nil
-}
-
-func (js pausableJS) KeyValue(ctx context.Context, bucket string) (jetstream.KeyValue, error) {
-	return js.wrap(js.JetStream.KeyValue(ctx, bucket))
-}
-
-func (js pausableJS) CreateKeyValue(ctx context.Context, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
-	return js.wrap(js.JetStream.CreateKeyValue(ctx, cfg))
-}
-
-func (js pausableJS) CreateOrUpdateKeyValue(ctx context.Context, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
-	return js.wrap(js.JetStream.CreateOrUpdateKeyValue(ctx, cfg))
-}
-
+// pausableKV is a lease bucket whose renewals hang while paused, as they
+// would for a process stopped by SIGSTOP or a long GC pause.
 type pausableKV struct {
 	jetstream.KeyValue
 	paused *atomic.Bool
@@ -74,7 +49,9 @@ func TestPausedHolderIsFenced(t *testing.T) {
 			<-release
 		}
 	}}
-	a := runPusherJS(t, url, aCfg, func(js jetstream.JetStream) jetstream.JetStream { return pausableJS{JetStream: js, paused: &paused} })
+	a := runPusherFault(t, url, aCfg, names.LeaseConfig(bus.StreamOptions{}).Bucket, func(kv jetstream.KeyValue) jetstream.KeyValue {
+		return pausableKV{KeyValue: kv, paused: &paused}
+	})
 	// A failing test must not leave a's dispatcher held: its stop (an
 	// earlier cleanup, so run after this one) waits for it.
 	var releaseOnce sync.Once

@@ -192,18 +192,24 @@ func startPusher(t testing.TB, cfg Config) *harness {
 // runPusher runs one pusher instance on the NATS server at url.
 func runPusher(t testing.TB, url string, cfg Config) *harness {
 	t.Helper()
-	return runPusherJS(t, url, cfg, nil)
+	return runPusherFault(t, url, cfg, "", nil)
 }
 
-// runPusherJS runs one pusher instance whose JetStream context is wrap's
-// (nil: the plain one).
-func runPusherJS(t testing.TB, url string, cfg Config, wrap func(jetstream.JetStream) jetstream.JetStream) *harness {
+// runPusherFault runs one pusher instance whose key-value bucket named
+// bucket is fault's wrapper of the real one, however the pusher opens it
+// (nil fault: the plain JetStream context).
+func runPusherFault(t testing.TB, url string, cfg Config, bucket string, fault func(jetstream.KeyValue) jetstream.KeyValue) *harness {
 	t.Helper()
 	nc, js := natstest.Connect(t, url)
 	h := &harness{url: url, nc: nc, js: js, reg: prometheus.NewRegistry()}
 	pjs := js
-	if wrap != nil {
-		pjs = wrap(js)
+	if fault != nil {
+		pjs = natstest.Wrap(js, natstest.Hooks{KeyValue: func(kv jetstream.KeyValue) jetstream.KeyValue {
+			if kv.Bucket() != bucket {
+				return kv
+			}
+			return fault(kv)
+		}})
 	}
 	cfg.Common = svc.Common{NATSURL: url, Prefix: "pw"}
 	if cfg.ID == "" {

@@ -15,32 +15,8 @@ import (
 	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
 )
 
-// purgeFailJS hands out a registry bucket whose removals fail while
-// failing is set, as they do while the bucket's stream has no leader.
-type purgeFailJS struct {
-	jetstream.JetStream
-	failing *atomic.Bool
-}
-
-func (js purgeFailJS) wrap(kv jetstream.KeyValue, err error) (jetstream.KeyValue, error) {
-	if err != nil || kv.Bucket() != names.RegistryBucket() {
-		return kv, err
-	}
-	return purgeFailKV{KeyValue: kv, failing: js.failing}, nil
-}
-
-func (js purgeFailJS) KeyValue(ctx context.Context, bucket string) (jetstream.KeyValue, error) {
-	return js.wrap(js.JetStream.KeyValue(ctx, bucket))
-}
-
-func (js purgeFailJS) CreateKeyValue(ctx context.Context, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
-	return js.wrap(js.JetStream.CreateKeyValue(ctx, cfg))
-}
-
-func (js purgeFailJS) CreateOrUpdateKeyValue(ctx context.Context, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
-	return js.wrap(js.JetStream.CreateOrUpdateKeyValue(ctx, cfg))
-}
-
+// purgeFailKV is a registry bucket whose removals fail while failing is
+// set, as they do while the bucket's stream has no leader.
 type purgeFailKV struct {
 	jetstream.KeyValue
 	failing *atomic.Bool
@@ -65,8 +41,8 @@ func (kv purgeFailKV) Purge(ctx context.Context, key string, opts ...jetstream.K
 func TestForgottenFrontendRelearnedOnHeartbeat(t *testing.T) {
 	url := natstest.Start(t)
 	var failing atomic.Bool
-	h := runPusherJS(t, url, Config{FrontendTimeout: time.Second}, func(js jetstream.JetStream) jetstream.JetStream {
-		return purgeFailJS{JetStream: js, failing: &failing}
+	h := runPusherFault(t, url, Config{FrontendTimeout: time.Second}, names.RegistryBucket(), func(kv jetstream.KeyValue) jetstream.KeyValue {
+		return purgeFailKV{KeyValue: kv, failing: &failing}
 	})
 	testutil.Eventually(t, "pusher active", func() bool { return h.metric("pilotwire_pusher_leader") == 1 })
 	fe := newFrontend(t, url, "fe-1")
@@ -105,31 +81,6 @@ func (kv purgeHookKV) Purge(ctx context.Context, key string, opts ...jetstream.K
 	return kv.KeyValue.Purge(ctx, key, opts...)
 }
 
-// purgeHookJS hands out a registry bucket whose removals run hook first.
-type purgeHookJS struct {
-	jetstream.JetStream
-	hook func(key string) error
-}
-
-func (js purgeHookJS) wrap(kv jetstream.KeyValue, err error) (jetstream.KeyValue, error) {
-	if err != nil || kv.Bucket() != names.RegistryBucket() {
-		return kv, err
-	}
-	return purgeHookKV{KeyValue: kv, hook: js.hook}, nil
-}
-
-func (js purgeHookJS) KeyValue(ctx context.Context, bucket string) (jetstream.KeyValue, error) {
-	return js.wrap(js.JetStream.KeyValue(ctx, bucket))
-}
-
-func (js purgeHookJS) CreateKeyValue(ctx context.Context, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
-	return js.wrap(js.JetStream.CreateKeyValue(ctx, cfg))
-}
-
-func (js purgeHookJS) CreateOrUpdateKeyValue(ctx context.Context, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
-	return js.wrap(js.JetStream.CreateOrUpdateKeyValue(ctx, cfg))
-}
-
 // TestDeadFrontendCleanupKeepsEntriesOfALiveOne: the cleanup of a frontend
 // timed out for a silent heartbeat must not remove its connection entries
 // unless its own entry was removed first (which the frontend notices, and
@@ -142,8 +93,8 @@ func (js purgeHookJS) CreateOrUpdateKeyValue(ctx context.Context, cfg jetstream.
 func TestDeadFrontendCleanupKeepsEntriesOfALiveOne(t *testing.T) {
 	url := natstest.Start(t)
 	var failFrontendKey atomic.Bool
-	h := runPusherJS(t, url, Config{FrontendTimeout: time.Second}, func(js jetstream.JetStream) jetstream.JetStream {
-		return purgeHookJS{JetStream: js, hook: func(key string) error {
+	h := runPusherFault(t, url, Config{FrontendTimeout: time.Second}, names.RegistryBucket(), func(kv jetstream.KeyValue) jetstream.KeyValue {
+		return purgeHookKV{KeyValue: kv, hook: func(key string) error {
 			if failFrontendKey.Load() && key == bus.FrontendKey("fe-1") {
 				return errors.New("nats: no response from stream")
 			}
@@ -183,8 +134,8 @@ func TestDeadFrontendCleanupKeepsReRegisteredEntries(t *testing.T) {
 	url := natstest.Start(t)
 	var fe *fakeFrontend
 	var armed atomic.Bool
-	h := runPusherJS(t, url, Config{FrontendTimeout: time.Second}, func(js jetstream.JetStream) jetstream.JetStream {
-		return purgeHookJS{JetStream: js, hook: func(key string) error {
+	h := runPusherFault(t, url, Config{FrontendTimeout: time.Second}, names.RegistryBucket(), func(kv jetstream.KeyValue) jetstream.KeyValue {
+		return purgeHookKV{KeyValue: kv, hook: func(key string) error {
 			if key == bus.ConnKey("fe-1", "c1") && armed.CompareAndSwap(true, false) {
 				// The frontend re-registers between the removal of its
 				// entry and that of its connection's.

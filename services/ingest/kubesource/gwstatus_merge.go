@@ -28,8 +28,8 @@ type serviceEntry struct {
 
 // decodeAll decodes a resource's store by "<namespace>/<name>". An object
 // that does not decode is logged and left out (its status is not written).
-func decodeAll[T any](w *statusWriter, gvr schema.GroupVersionResource) map[string]decoded[T] {
-	store := w.stores[gvr]
+func decodeAll[T any](w *statusWriter, gk schema.GroupKind) map[string]decoded[T] {
+	store := w.store(gk)
 	if store == nil {
 		return nil
 	}
@@ -41,7 +41,7 @@ func decodeAll[T any](w *statusWriter, gvr schema.GroupVersionResource) map[stri
 		}
 		var obj T
 		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &obj); err != nil {
-			w.log.Warn("cannot decode; its status is not written", "resource", gvr.Resource,
+			w.log.Warn("cannot decode; its status is not written", "kind", kindLabel(gk),
 				"namespace", u.GetNamespace(), "name", u.GetName(), "err", err)
 			continue
 		}

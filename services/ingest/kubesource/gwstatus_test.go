@@ -2,6 +2,10 @@ package kubesource_test
 
 import (
 	"fmt"
+	"io"
+	"net/http"
+	"path"
+	"sync"
 	"testing"
 	"time"
 
@@ -11,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/pilotwire/pilotwire/internal/testkit/k8stest"
@@ -137,4 +142,113 @@ func waitResolvedRefs(t *testing.T, dyn dynamic.Interface, status, reason string
 		}
 		return ok && len(p.Conditions) == 2, fmt.Sprintf("%s %v", p.ControllerName, got)
 	})
+}
+
+// watchCounter counts the watches a client holds open, by resource: a
+// watch counts from its successful response until its body is closed (a
+// request retried after an error counts once).
+type watchCounter struct {
+	mu   sync.Mutex
+	open map[string]int
+}
+
+func (c *watchCounter) wrap(rt http.RoundTripper) http.RoundTripper {
+	return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+		resp, err := rt.RoundTrip(req)
+		if err != nil || req.Method != http.MethodGet || resp.StatusCode != http.StatusOK {
+			return resp, err
+		}
+		if w := req.URL.Query().Get("watch"); w == "" || w == "false" || w == "0" {
+			return resp, err
+		}
+		resource := path.Base(req.URL.Path)
+		c.mu.Lock()
+		c.open[resource]++
+		c.mu.Unlock()
+		resp.Body = &watchBody{ReadCloser: resp.Body, done: func() {
+			c.mu.Lock()
+			c.open[resource]--
+			c.mu.Unlock()
+		}}
+		return resp, nil
+	})
+}
+
+func (c *watchCounter) count(resource string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.open[resource]
+}
+
+type watchBody struct {
+	io.ReadCloser
+	once sync.Once
+	done func()
+}
+
+func (b *watchBody) Close() error {
+	b.once.Do(b.done)
+	return b.ReadCloser.Close()
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
+
+// TestGatewayStatusWriterSharesWatches: the status writer reads the
+// source's informers, so each cluster has one watch of each kind it reads
+// (the routes, Gateways and ReferenceGrants, Services, Namespaces), not a
+// second one of its own; it follows a kind whose CRD is installed after
+// the start (ReferenceGrant, without which it writes nothing).
+func TestGatewayStatusWriterSharesWatches(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration test against a real kube-apiserver")
+	}
+	a := k8stest.Start(t)
+	waitBootstrapped(t, a)
+	for _, plural := range []string{"gateways", "httproutes", "grpcroutes"} {
+		installCRD(t, a.Config, gatewayCRD(t, plural))
+	}
+	counter := &watchCounter{open: make(map[string]int)}
+	cfg := rest.CopyConfig(a.Config)
+	cfg.WrapTransport = counter.wrap
+	w := newWorld(t)
+	ctx := testCtx(t)
+	w.start(t, kubesource.Options{
+		Clusters:         []kubesource.ClusterConfig{{ID: "alpha", Config: cfg}},
+		EnableGatewayAPI: true, GatewayStatusDebounce: 20 * time.Millisecond,
+	})
+	installCRD(t, a.Config, gatewayCRD(t, "referencegrants"))
+
+	kube := kubeClient(t, a.Config)
+	createNamespace(t, kube, "shop")
+	for _, name := range []string{"web", "backend"} {
+		if _, err := kube.CoreV1().Services("shop").Create(ctx, service(name, ""), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dyn, err := dynamic.NewForConfig(a.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	route := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+		"metadata": map[string]any{"name": "web", "namespace": "shop"},
+		"spec": map[string]any{
+			"parentRefs": []any{map[string]any{"group": "", "kind": "Service", "name": "web"}},
+			"rules":      []any{map[string]any{"backendRefs": []any{map[string]any{"name": "backend", "port": int64(8080)}}}},
+		},
+	}}
+	created, err := dyn.Resource(gvrHTTPRoute).Namespace("shop").Create(ctx, route, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The writer has read everything it reads once it wrote this.
+	waitResolvedRefs(t, dyn, "True", string(gwv1.RouteReasonResolvedRefs), created.GetGeneration())
+
+	for _, resource := range []string{"services", "namespaces", "httproutes", "grpcroutes", "gateways", "referencegrants"} {
+		if n := counter.count(resource); n != 1 {
+			t.Errorf("%d open watches of %s, want 1", n, resource)
+		}
+	}
 }

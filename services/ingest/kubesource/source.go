@@ -321,7 +321,7 @@ func (s *Source) runCluster(ctx context.Context, r *running) {
 		if r.config && s.opts.EnableGatewayAPI && s.opts.GatewayStatusDebounce >= 0 {
 			ctx, cancel := context.WithCancel(ctx)
 			var wg sync.WaitGroup
-			wg.Go(func() { s.runGatewayStatus(ctx, r) })
+			wg.Go(func() { s.runGatewayStatus(ctx, c) })
 			defer wg.Wait()
 			defer cancel()
 		}

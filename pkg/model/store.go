@@ -237,49 +237,9 @@ func decode(key ObjectKey, raw []byte) (*entry, error) {
 	}
 	switch {
 	case key.isService():
-		// Only the fields the mesh reads are decoded: skipping the rest
-		// (metadata, status) is what makes replay fast. The whole object
-		// stays in the change stream.
-		var v struct {
-			Metadata struct {
-				Annotations map[string]string `json:"annotations"`
-			} `json:"metadata"`
-			Spec struct {
-				Type         corev1.ServiceType   `json:"type"`
-				ExternalName string               `json:"externalName"`
-				ClusterIP    string               `json:"clusterIP"`
-				Ports        []corev1.ServicePort `json:"ports"`
-			} `json:"spec"`
-		}
-		if err := json.Unmarshal(raw, &v); err != nil {
-			return nil, fmt.Errorf("decode Service: %w", err)
-		}
-		svc := &corev1.Service{Spec: corev1.ServiceSpec{Type: v.Spec.Type, ExternalName: v.Spec.ExternalName, ClusterIP: v.Spec.ClusterIP, Ports: v.Spec.Ports}}
-		if e, ok := v.Metadata.Annotations[exportToAnnotation]; ok {
-			svc.Annotations = map[string]string{exportToAnnotation: e}
-		}
-		return &entry{svc: svc}, nil
+		return decodeService(raw)
 	case key.isEndpointSlice():
-		var v struct {
-			Metadata struct {
-				Labels map[string]string `json:"labels"`
-			} `json:"metadata"`
-			AddressType discoveryv1.AddressType    `json:"addressType"`
-			Ports       []discoveryv1.EndpointPort `json:"ports"`
-			Endpoints   []sliceEndpoint            `json:"endpoints"`
-		}
-		if err := json.Unmarshal(raw, &v); err != nil {
-			return nil, fmt.Errorf("decode EndpointSlice: %w", err)
-		}
-		sl := &discoveryv1.EndpointSlice{AddressType: v.AddressType, Ports: v.Ports, Endpoints: make([]discoveryv1.Endpoint, len(v.Endpoints))}
-		sl.Labels = v.Metadata.Labels
-		for i, e := range v.Endpoints {
-			sl.Endpoints[i] = discoveryv1.Endpoint{Addresses: e.Addresses, Conditions: discoveryv1.EndpointConditions{Ready: e.Conditions.Ready}, NodeName: e.NodeName, Zone: e.Zone}
-			if r := e.TargetRef; r != nil && r.Kind == KindPod && r.Name != "" {
-				sl.Endpoints[i].TargetRef = &corev1.ObjectReference{Kind: KindPod, Namespace: r.Namespace, Name: r.Name}
-			}
-		}
-		return &entry{slice: sl}, nil
+		return decodeEndpointSlice(raw)
 	case key.isPod():
 		p, err := decodePod(raw)
 		if err != nil {

@@ -44,7 +44,7 @@ type Store struct {
 	slices     map[serviceKey]map[sliceID]*discoveryv1.EndpointSlice // by kubernetes.io/service-name
 	sliceOwner map[ObjectKey]serviceKey                              // the service a stored slice joins
 	pods       map[podKey]*pod
-	podUsers   map[podKey]map[serviceKey]int // services whose slices name the pod, how many times
+	podUsers   podUsers // services whose slices name the pod, how many times
 
 	// Istio config, rebuilt as a whole when any of it changes.
 	rules     map[ObjectKey]*storedRule
@@ -115,7 +115,7 @@ func NewStore(opts ...Option) *Store {
 		slices:          make(map[serviceKey]map[sliceID]*discoveryv1.EndpointSlice),
 		sliceOwner:      make(map[ObjectKey]serviceKey),
 		pods:            make(map[podKey]*pod),
-		podUsers:        make(map[podKey]map[serviceKey]int),
+		podUsers:        make(podUsers),
 		rules:           make(map[ObjectKey]*storedRule),
 		entries:         make(map[ObjectKey]*storedEntry),
 		workloads:       make(map[ObjectKey]*storedWorkload),
@@ -346,26 +346,14 @@ func (s *Store) countPodUsers(key ObjectKey, sl *discoveryv1.EndpointSlice, sk s
 			continue
 		}
 		pk := podKey{Cluster: key.Cluster, Namespace: cmp.Or(ref.Namespace, key.Namespace), Name: ref.Name}
-		users := s.podUsers[pk]
-		if users == nil {
-			users = make(map[serviceKey]int)
-			s.podUsers[pk] = users
-		}
-		if users[sk] += delta; users[sk] <= 0 {
-			delete(users, sk)
-			if len(users) == 0 {
-				delete(s.podUsers, pk)
-			}
-		}
+		s.podUsers.add(pk, sk, delta)
 	}
 }
 
 // podChanged marks what reads the pod's labels: the services whose slices
 // name it, and ServiceEntries selecting workloads in its namespace.
 func (s *Store) podChanged(pk podKey) {
-	for sk := range s.podUsers[pk] {
-		s.dirty[sk] = struct{}{}
-	}
+	s.podUsers.each(pk, func(sk serviceKey) { s.dirty[sk] = struct{}{} })
 	if s.entriesDirty {
 		return
 	}

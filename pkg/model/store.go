@@ -44,7 +44,7 @@ type Store struct {
 	slices     map[serviceKey]map[sliceID]*discoveryv1.EndpointSlice // by kubernetes.io/service-name
 	sliceOwner map[ObjectKey]serviceKey                              // the service a stored slice joins
 	pods       map[podKey]*pod
-	podUsers   map[podKey]map[serviceKey]int // services whose slices name the pod, how many times
+	podUsers   podUsers // services whose slices name the pod, how many times
 
 	// Istio config, rebuilt as a whole when any of it changes.
 	rules     map[ObjectKey]*storedRule
@@ -117,7 +117,7 @@ func NewStore(opts ...Option) *Store {
 		slices:          make(map[serviceKey]map[sliceID]*discoveryv1.EndpointSlice),
 		sliceOwner:      make(map[ObjectKey]serviceKey),
 		pods:            make(map[podKey]*pod),
-		podUsers:        make(map[podKey]map[serviceKey]int),
+		podUsers:        make(podUsers),
 		rules:           make(map[ObjectKey]*storedRule),
 		entries:         make(map[ObjectKey]*storedEntry),
 		workloads:       make(map[ObjectKey]*storedWorkload),
@@ -240,49 +240,9 @@ func decode(key ObjectKey, raw []byte) (*entry, error) {
 	}
 	switch {
 	case key.isService():
-		// Only the fields the mesh reads are decoded: skipping the rest
-		// (metadata, status) is what makes replay fast. The whole object
-		// stays in the change stream.
-		var v struct {
-			Metadata struct {
-				Annotations map[string]string `json:"annotations"`
-			} `json:"metadata"`
-			Spec struct {
-				Type         corev1.ServiceType   `json:"type"`
-				ExternalName string               `json:"externalName"`
-				ClusterIP    string               `json:"clusterIP"`
-				Ports        []corev1.ServicePort `json:"ports"`
-			} `json:"spec"`
-		}
-		if err := json.Unmarshal(raw, &v); err != nil {
-			return nil, fmt.Errorf("decode Service: %w", err)
-		}
-		svc := &corev1.Service{Spec: corev1.ServiceSpec{Type: v.Spec.Type, ExternalName: v.Spec.ExternalName, ClusterIP: v.Spec.ClusterIP, Ports: v.Spec.Ports}}
-		if e, ok := v.Metadata.Annotations[exportToAnnotation]; ok {
-			svc.Annotations = map[string]string{exportToAnnotation: e}
-		}
-		return &entry{svc: svc}, nil
+		return decodeService(raw)
 	case key.isEndpointSlice():
-		var v struct {
-			Metadata struct {
-				Labels map[string]string `json:"labels"`
-			} `json:"metadata"`
-			AddressType discoveryv1.AddressType    `json:"addressType"`
-			Ports       []discoveryv1.EndpointPort `json:"ports"`
-			Endpoints   []sliceEndpoint            `json:"endpoints"`
-		}
-		if err := json.Unmarshal(raw, &v); err != nil {
-			return nil, fmt.Errorf("decode EndpointSlice: %w", err)
-		}
-		sl := &discoveryv1.EndpointSlice{AddressType: v.AddressType, Ports: v.Ports, Endpoints: make([]discoveryv1.Endpoint, len(v.Endpoints))}
-		sl.Labels = v.Metadata.Labels
-		for i, e := range v.Endpoints {
-			sl.Endpoints[i] = discoveryv1.Endpoint{Addresses: e.Addresses, Conditions: discoveryv1.EndpointConditions{Ready: e.Conditions.Ready}, NodeName: e.NodeName, Zone: e.Zone}
-			if r := e.TargetRef; r != nil && r.Kind == KindPod && r.Name != "" {
-				sl.Endpoints[i].TargetRef = &corev1.ObjectReference{Kind: KindPod, Namespace: r.Namespace, Name: r.Name}
-			}
-		}
-		return &entry{slice: sl}, nil
+		return decodeEndpointSlice(raw)
 	case key.isPod():
 		p, err := decodePod(raw)
 		if err != nil {
@@ -389,26 +349,14 @@ func (s *Store) countPodUsers(key ObjectKey, sl *discoveryv1.EndpointSlice, sk s
 			continue
 		}
 		pk := podKey{Cluster: key.Cluster, Namespace: cmp.Or(ref.Namespace, key.Namespace), Name: ref.Name}
-		users := s.podUsers[pk]
-		if users == nil {
-			users = make(map[serviceKey]int)
-			s.podUsers[pk] = users
-		}
-		if users[sk] += delta; users[sk] <= 0 {
-			delete(users, sk)
-			if len(users) == 0 {
-				delete(s.podUsers, pk)
-			}
-		}
+		s.podUsers.add(pk, sk, delta)
 	}
 }
 
 // podChanged marks what reads the pod's labels: the services whose slices
 // name it, and ServiceEntries selecting workloads in its namespace.
 func (s *Store) podChanged(pk podKey) {
-	for sk := range s.podUsers[pk] {
-		s.dirty[sk] = struct{}{}
-	}
+	s.podUsers.each(pk, func(sk serviceKey) { s.dirty[sk] = struct{}{} })
 	if s.entriesDirty {
 		return
 	}

@@ -1,7 +1,6 @@
 package ads
 
 import (
-	"slices"
 	"time"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -54,7 +53,7 @@ func (c *conn) info() *pb.ConnectionInfo {
 		ci.Watches = append(ci.Watches, &pb.Watch{
 			TypeUrl:      t,
 			Wildcard:     w.wildcard,
-			Names:        slices.Clone(w.names), // published: never shares the loop's slice
+			Names:        w.names, // the loop replaces it, never changes it in place
 			AckedVersion: w.ackedVersion,
 			SentVersion:  w.sentVersion,
 			NackError:    w.nackError,

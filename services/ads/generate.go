@@ -37,9 +37,19 @@ func (r *response) onlyChanged(sent map[string]string) (*response, bool) {
 	return out, len(out.names) > 0
 }
 
-// changedFrom lists the resources of r whose version differs from sent
-// (name -> version), new ones included.
-func (r *response) changedFrom(sent map[string]string) []string {
+// changedSince lists the resources of r that are new or changed since
+// prev (all of them when prev is nil).
+func (r *response) changedSince(prev *response) []string {
+	if prev == r {
+		return nil
+	}
+	var sent map[string]string
+	if prev != nil {
+		sent = make(map[string]string, len(prev.names))
+		for i, n := range prev.names {
+			sent[n] = prev.versions[i]
+		}
+	}
 	var out []string
 	for i, n := range r.names {
 		if v, ok := sent[n]; !ok || v != r.versions[i] {

@@ -159,9 +159,10 @@ func (c *conn) respond(mesh *model.Mesh, w *watch, force bool, pushID uint64) (b
 	w.alwaysRespond, w.forgotten = false, false
 	var changedClusters []string
 	if w.typeURL == resource.ClusterType {
-		changedClusters = r.changedFrom(w.sentRes)
+		changedClusters = r.changedSince(w.sentCDS)
+		w.sentCDS = r
 	}
-	if incrementalSotW(w.typeURL) || w.typeURL == resource.ClusterType {
+	if incrementalSotW(w.typeURL) {
 		if r == full || w.sentRes == nil {
 			w.sentRes = make(map[string]string, len(full.names))
 		}

@@ -43,7 +43,7 @@ type watch struct {
 	typeURL  string
 	wildcard bool
 	named    bool     // the stream has named resources of the type
-	names    []string // sorted, deduplicated; ignored when wildcard
+	names    []string // sorted, deduplicated; ignored when wildcard; replaced, never changed in place (published ConnectionInfos share it)
 	nameKey  string   // identifies names among watches; "" until computed
 	// last response
 	nonce       string
@@ -54,8 +54,13 @@ type watch struct {
 	genVersion string
 	genSeq     uint64 // model sequence of the last generation, sent or not
 	// state of the world EDS/RDS: version of each resource last sent, to
-	// push only what changed; CDS: to tell which clusters a response changed
+	// push only what changed
 	sentRes map[string]string
+	// state of the world CDS: the last response sent (always the whole
+	// set, shared with the connections sent the same), to tell which
+	// clusters the next one changes; a map per connection would hold a
+	// copy of the same names and versions
+	sentCDS *response
 	// forgotten: entries of sentRes were dropped (the client must be sent
 	// them again although the version did not change)
 	forgotten bool

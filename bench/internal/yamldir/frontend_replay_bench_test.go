@@ -1,0 +1,124 @@
+package yamldir
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/pilotwire/pilotwire/bench/internal/mesh"
+	"github.com/pilotwire/pilotwire/internal/testkit/natstest"
+	"github.com/pilotwire/pilotwire/pkg/bus"
+	"github.com/pilotwire/pilotwire/pkg/svc"
+	"github.com/pilotwire/pilotwire/services/ads"
+)
+
+// BenchmarkFrontendReplay is replay into a fresh frontend end to end, in
+// one process: the change records of the 10000x10 mesh (20,000 records,
+// the same ones `pwbench run` replays) on embedded JetStream with file
+// storage, and a fresh ads.Run each iteration, timed from Run to listening
+// (its model has applied the stream's last sequence). records/s is per wall
+// second of that; records/cpu-s per CPU-second of the whole process.
+//
+//	go test ./bench/internal/yamldir -run '^$' -bench BenchmarkFrontendReplay -benchtime 5x -count 5
+func BenchmarkFrontendReplay(b *testing.B) {
+	m, err := mesh.New(mesh.Spec{Services: 10000, Endpoints: 10, Seed: 1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	dir := b.TempDir()
+	if err := m.WriteAll(dir); err != nil {
+		b.Fatal(err)
+	}
+	recs, errs := New(dir, "Kubernetes").Scan()
+	if len(errs) > 0 {
+		b.Fatal(errs)
+	}
+	url := natstest.Start(b)
+	nc, js := natstest.Connect(b, url)
+	names, err := bus.NewNames("pw")
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	if _, err := bus.EnsureStream(ctx, js, names.ChangesConfig(bus.StreamOptions{})); err != nil {
+		b.Fatal(err)
+	}
+	var acks []jetstream.PubAckFuture
+	for _, r := range recs {
+		data, err := proto.Marshal(r)
+		if err != nil {
+			b.Fatal(err)
+		}
+		a, err := js.PublishAsync(names.ChangeSubject(r.GetCluster(), r.GetRef()), data)
+		if err != nil {
+			b.Fatal(err)
+		}
+		acks = append(acks, a)
+	}
+	for _, a := range acks {
+		select {
+		case <-a.Ok():
+		case err := <-a.Err():
+			b.Fatal(err)
+		case <-ctx.Done():
+			b.Fatal(ctx.Err())
+		}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	var total time.Duration
+	i := 0
+	cpu := cpuTime()
+	for b.Loop() {
+		i++
+		replays++ // b.Loop may run this function more than once: ids stay unique
+		total += replayOnce(ctx, b, nc, js, url, fmt.Sprintf("bench-%d", replays))
+	}
+	b.ReportMetric(float64(len(recs)*i)/total.Seconds(), "records/s")
+	b.ReportMetric(total.Seconds()/float64(i), "s-to-ready")
+	// The CPU of the frontend and the NATS server, both in this process
+	// (and of the frontends' shutdown, outside the timed part).
+	b.ReportMetric(float64(len(recs)*i)/(cpuTime()-cpu).Seconds(), "records/cpu-s")
+}
+
+var replays int
+
+// replayOnce runs a fresh frontend until it listens and returns how long
+// that took.
+func replayOnce(ctx context.Context, b *testing.B, nc *nats.Conn, js jetstream.JetStream, url, id string) time.Duration {
+	ready := make(chan struct{})
+	cfg := ads.Config{
+		Common:     svc.Common{NATSURL: url, Prefix: "pw"},
+		ADSAddr:    "127.0.0.1:0",
+		FrontendID: id,
+		OnListen:   func(string) { close(ready) },
+	}
+	rctx, stop := context.WithCancel(ctx)
+	errc := make(chan error, 1)
+	start := time.Now()
+	go func() {
+		errc <- ads.Run(rctx, cfg, svc.Deps{NC: nc, JS: js, Log: slog.New(slog.DiscardHandler), Reg: prometheus.NewRegistry(), Health: &svc.Health{}})
+	}()
+	select {
+	case <-ready:
+	case err := <-errc:
+		stop()
+		b.Fatalf("Run: %v", err)
+	}
+	took := time.Since(start)
+	b.StopTimer()
+	stop()
+	if err := <-errc; err != nil {
+		b.Fatalf("Run: %v", err)
+	}
+	b.StartTimer()
+	return took
+}

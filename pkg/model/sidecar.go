@@ -195,3 +195,57 @@ func (m *Mesh) restricted() bool {
 		return false
 	}).(bool)
 }
+
+// EgressImports returns the egress hosts of the Sidecar that applies to a
+// proxy in namespace ns with labels, as "<namespace>/<host>" with "."
+// resolved to ns and "~" entries left out, and true; or nil and false when
+// no Sidecar applies (the proxy may see every exported service). With the
+// proxy's own namespace, the root namespace and the namespaces its pod
+// backs services in, they bound what config its outbound side reads: the
+// dependency index the pusher scopes by (Istio's SidecarScope
+// dependencies).
+func (m *Mesh) EgressImports(ns string, labels map[string]string) ([]string, bool) {
+	sc := m.content.sidecars.forProxy(ns, labels)
+	if sc == nil {
+		return nil, false
+	}
+	out := make([]string, 0, len(sc.hosts))
+	for _, h := range sc.hosts {
+		switch h.ns {
+		case "~":
+			continue
+		case ".":
+			out = append(out, ns+"/"+h.host)
+		default:
+			out = append(out, h.ns+"/"+h.host)
+		}
+	}
+	return out, true
+}
+
+type backedKey struct{}
+
+// NamespacesBackedBy returns, sorted, the namespaces of the services with
+// an endpoint at address ip (the services a proxy's pod backs), or nil.
+func (m *Mesh) NamespacesBackedBy(ip string) []string {
+	if ip == "" {
+		return nil
+	}
+	idx := m.Memo(backedKey{}, func() any {
+		idx := make(map[string][]string)
+		for _, s := range m.Services {
+			for _, p := range s.Ports {
+				for _, ep := range p.Endpoints {
+					if !slices.Contains(idx[ep.Address], s.Namespace) {
+						idx[ep.Address] = append(idx[ep.Address], s.Namespace)
+					}
+				}
+			}
+		}
+		for _, nss := range idx {
+			slices.Sort(nss)
+		}
+		return idx
+	}).(map[string][]string)
+	return idx[ip]
+}

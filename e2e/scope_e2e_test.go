@@ -48,6 +48,12 @@ func TestSidecarScopesPushes(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), testutil.DefaultTimeout)
 	defer cancel()
 
+	// Connect once the frontend's model has every object the pusher has a
+	// request for: then each connection's first scope is current.
+	p.WaitFor(t, "the model at the latest request", func() bool {
+		latest := p.Metric(t, "pusher", "pilotwire_pusher_latest_through_seq")
+		return latest >= 3 && p.Metric(t, "fe-0", "pilotwire_ads_applied_seq") >= latest
+	})
 	connect := func(ns string) *adsClient {
 		c := newADSClient(ctx, t, p.ADSAddr)
 		c.node = &core.Node{Id: "sidecar~10.244.0.9~client-0." + ns + "~" + ns + ".svc.cluster.local"}

@@ -125,10 +125,10 @@ func (p *Pusher) applyEntry(e jetstream.KeyValueEntry) {
 			// (issue 11 #2).
 			c.synced, c.skipped = min(c.synced, info.GetSyncedSeq()), nil
 			c.reorder = true
-			c.info = info
+			c.setInfo(info)
 			p.syncedLocked(c, c.synced)
 		} else {
-			c.info = info
+			c.setInfo(info)
 			p.syncedLocked(c, info.GetSyncedSeq())
 		}
 		if f := p.inflight[c.pushID]; f != nil && c.synced >= f.req.through {

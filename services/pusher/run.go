@@ -296,7 +296,7 @@ func (p *Pusher) handlePushRequest(msg jetstream.Msg) {
 			p.m.skipped.WithLabelValues("synced").Inc()
 		case c.hasOrdered(req.through):
 			p.m.skipped.WithLabelValues("ordered").Inc()
-		case !needsPush(c.info, c.scopeChange, req):
+		case !needsPush(c, req):
 			// Untouched by these sequences: synced moves over them once
 			// every sequence below them is reflected too.
 			c.skip(req.covered)

@@ -23,21 +23,23 @@ import (
 // assignment of one of the changed services (or all load assignments).
 // Pod and Node changes (Istio's proxy updates) change no generated
 // resource yet, so they reach no one.
-func needsPush(ci *pb.ConnectionInfo, scopeChange uint64, r *request) bool {
+func needsPush(c *connState, r *request) bool {
+	ci := c.info
 	if !r.full {
-		return edsNeedsPush(ci, r)
+		return edsNeedsPush(c.watchedEDS(), r)
 	}
 	sc := ci.GetScope()
-	if len(r.keys) == 0 || sc == nil || sc.GetAll() || sc.GetSeq() < scopeChange {
+	if len(r.keys) == 0 || sc == nil || sc.GetAll() || sc.GetSeq() < c.scopeChange {
 		return true
 	}
-	for _, k := range r.keys {
+	for _, k := range r.sortedKeys() {
 		if dependsOn(ci, sc, k) {
 			return true
 		}
 	}
-	for _, k := range r.keys {
-		if k.GetKind() == "Service" && watchesService(ci, serviceHost(k)) {
+	eds := c.watchedEDS()
+	for _, k := range r.sortedKeys() {
+		if k.GetKind() == "Service" && eds.service(k) {
 			return true
 		}
 	}
@@ -60,9 +62,19 @@ func dependsOn(ci *pb.ConnectionInfo, sc *pb.Scope, k *pb.ConfigKey) bool {
 		if ns == ci.GetNamespace() || backs(sc, ns) {
 			return true
 		}
-		host := serviceHost(k)
+		host := ""
 		for _, imp := range sc.GetImports() {
-			if ins, h, ok := strings.Cut(imp, "/"); ok && (ins == "*" || ins == ns) && hostMatches(h, host) {
+			ins, h, ok := strings.Cut(imp, "/")
+			if !ok || ins != "*" && ins != ns {
+				continue
+			}
+			if h == "*" {
+				return true
+			}
+			if host == "" {
+				host = serviceHost(k)
+			}
+			if hostMatches(h, host) {
 				return true
 			}
 		}
@@ -94,7 +106,7 @@ func affectsScope(ci *pb.ConnectionInfo, r *request) bool {
 		return true
 	}
 	root := ci.GetScope().GetRootNamespace()
-	for _, k := range r.keys {
+	for _, k := range r.sortedKeys() {
 		if k.GetKind() == "Sidecar" && (root == "" || k.GetNamespace() == ci.GetNamespace() || k.GetNamespace() == root) {
 			return true
 		}
@@ -128,54 +140,86 @@ func serviceHost(k *pb.ConfigKey) string {
 }
 
 // edsNeedsPush is needsPush for an endpoint-only request.
-func edsNeedsPush(ci *pb.ConnectionInfo, r *request) bool {
-	var hosts []string
-	for _, k := range r.keys {
+func edsNeedsPush(eds *edsWatches, r *request) bool {
+	for _, k := range r.sortedKeys() {
 		switch k.GetKind() {
 		case "Pod", "Node":
 		case "Service":
-			hosts = append(hosts, serviceHost(k))
+			if eds.service(k) {
+				return true
+			}
 		default:
 			// Unknown endpoint key: cannot scope it.
-			if watchesEDS(ci) {
+			if eds.any {
 				return true
 			}
 		}
 	}
-	for _, h := range hosts {
-		if watchesService(ci, h) {
-			return true
-		}
-	}
 	return false
 }
 
-func watchesEDS(ci *pb.ConnectionInfo) bool {
-	for _, w := range ci.GetWatches() {
-		if w.GetTypeUrl() == resource.EndpointType {
-			return true
-		}
-	}
-	return false
+// edsWatches is what load assignments a connection watches, indexed by
+// host: a request is checked against it for every connection, while it
+// changes only with the connection's registry entry.
+type edsWatches struct {
+	any      bool // some EDS watch
+	wildcard bool // every load assignment
+	// by namespace, then name: the services of watched load assignments
+	// (hosts <name>.<namespace>.svc.cluster.local).
+	services map[string]map[string]struct{}
 }
 
-// watchesService reports whether the connection watches a load assignment
-// of the service with hostname host (or every load assignment).
-func watchesService(ci *pb.ConnectionInfo, host string) bool {
-	for _, w := range ci.GetWatches() {
+// watchedEDS returns the index of c.info's load assignment watches,
+// building it once per registry entry.
+func (c *connState) watchedEDS() *edsWatches {
+	if c.eds != nil {
+		return c.eds
+	}
+	x := &edsWatches{}
+	for _, w := range c.info.GetWatches() {
 		if w.GetTypeUrl() != resource.EndpointType {
 			continue
 		}
-		if w.GetWildcard() {
-			return true
-		}
+		x.any = true
+		x.wildcard = x.wildcard || w.GetWildcard()
 		for _, n := range w.GetNames() {
-			if clusterHost(n) == host {
-				return true
+			name, ns, ok := serviceOfHost(clusterHost(n))
+			if !ok {
+				continue
 			}
+			if x.services == nil {
+				x.services = make(map[string]map[string]struct{})
+			}
+			if x.services[ns] == nil {
+				x.services[ns] = make(map[string]struct{})
+			}
+			x.services[ns][name] = struct{}{}
 		}
 	}
-	return false
+	c.eds = x
+	return x
+}
+
+// service reports whether the load assignments of Service k are watched.
+func (x *edsWatches) service(k *pb.ConfigKey) bool {
+	if x.wildcard {
+		return true
+	}
+	_, ok := x.services[k.GetNamespace()][k.GetName()]
+	return ok
+}
+
+// serviceOfHost splits <name>.<namespace>.svc.cluster.local.
+func serviceOfHost(host string) (name, ns string, ok bool) {
+	rest, ok := strings.CutSuffix(host, ".svc.cluster.local")
+	if !ok {
+		return "", "", false
+	}
+	name, ns, ok = strings.Cut(rest, ".")
+	if !ok || strings.Contains(ns, ".") {
+		return "", "", false
+	}
+	return name, ns, true
 }
 
 // clusterHost is the host of an Istio cluster name

@@ -52,7 +52,7 @@ func TestNeedsPushScope(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := needsPush(tc.conn, tc.scopeChange, tc.req); got != tc.want {
+			if got := needsPush(&connState{info: tc.conn, scopeChange: tc.scopeChange}, tc.req); got != tc.want {
 				t.Errorf("needsPush() = %v, want %v", got, tc.want)
 			}
 		})
@@ -109,7 +109,7 @@ func TestNeedsPush(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := needsPush(tc.conn, 0, tc.req); got != tc.want {
+			if got := needsPush(&connState{info: tc.conn}, tc.req); got != tc.want {
 				t.Errorf("needsPush() = %v, want %v", got, tc.want)
 			}
 		})
@@ -136,7 +136,7 @@ func BenchmarkNeedsPush(b *testing.B) {
 			c := &connState{info: ci}
 			b.ReportAllocs()
 			for b.Loop() {
-				if needsPush(c.info, c.scopeChange, req) {
+				if needsPush(c, req) {
 					b.Fatal("pushed out of scope")
 				}
 			}

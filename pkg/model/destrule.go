@@ -173,40 +173,42 @@ func emptyRules() *ruleIndex {
 func (x *ruleIndex) lookup(proxyNS string, host, svcNS string, selected map[*DestinationRule]bool) *DestinationRule {
 	if proxyNS != x.root {
 		if rs := x.namespaceLocal[proxyNS].match(host); len(rs) > 0 {
-			return pickRule(rs, proxyNS, selected)
+			r, _ := pickRule(rs, proxyNS, selected, false)
+			return r
 		}
 	} else if rs := x.rootLocal.match(host); len(rs) > 0 {
-		return pickRule(rs, proxyNS, selected)
+		r, _ := pickRule(rs, proxyNS, selected, false)
+		return r
 	}
 	for _, ns := range []string{svcNS, x.root} {
-		var visible []*DestinationRule
-		for _, r := range x.exported[ns].match(host) {
-			if r.visibleTo(proxyNS) {
-				visible = append(visible, r)
-			}
-		}
-		if len(visible) > 0 {
-			return pickRule(visible, proxyNS, selected)
+		if r, found := pickRule(x.exported[ns].match(host), proxyNS, selected, true); found {
+			return r
 		}
 	}
 	return nil
 }
 
-// pickRule is the rule of rs (oldest first) that applies to a proxy in
-// namespace ns that the rules in selected select.
-func pickRule(rs []*DestinationRule, ns string, selected map[*DestinationRule]bool) *DestinationRule {
+// pickRule is the rule of rs (oldest first; only those visible to ns when
+// exported is set) that applies to a proxy in namespace ns that the rules
+// in selected select, and whether rs held any rule (visible) at all.
+func pickRule(rs []*DestinationRule, ns string, selected map[*DestinationRule]bool, exported bool) (*DestinationRule, bool) {
 	var catchAll *DestinationRule
+	found := false
 	for _, r := range rs {
+		if exported && !r.visibleTo(ns) {
+			continue
+		}
+		found = true
 		switch {
 		case r.WorkloadSelector == nil:
 			if catchAll == nil {
 				catchAll = r
 			}
 		case r.Namespace == ns && selected[r]:
-			return r
+			return r, true
 		}
 	}
-	return catchAll
+	return catchAll, found
 }
 
 // selectedBy returns the rules with a workloadSelector in namespace ns

@@ -3,6 +3,7 @@ package model
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -32,6 +33,10 @@ type DestinationRule struct {
 	Spec *networkingv1.DestinationRule
 	// From lists namespace/name of every rule merged into this one.
 	From []string
+	// WorkloadSelector is spec.workloadSelector.matchLabels: the rule
+	// applies only to the sidecars of the workloads in its namespace whose
+	// labels include these (nil: every proxy that sees the rule).
+	WorkloadSelector map[string]string
 
 	object string // the first rule's problem name
 }
@@ -146,6 +151,8 @@ type ruleIndex struct {
 	// and those with wildcard hosts: what forService scans.
 	byHost    map[string][]*DestinationRule
 	wildcards []*DestinationRule
+	// selectors holds, by namespace, the rules with a workloadSelector.
+	selectors map[string][]*DestinationRule
 	order     map[*DestinationRule]int // position in all
 	problems  []Problem
 }
@@ -155,26 +162,81 @@ func emptyRules() *ruleIndex {
 }
 
 // lookup returns the rule a proxy in namespace proxyNS uses for svc, as
-// Istio's PushContext.destinationRule: a rule in the proxy's own namespace
-// first (the root namespace's private ones for a proxy there), then one
-// exported from the service's namespace, then one exported from the root
-// namespace; within each, the most specific host.
-func (x *ruleIndex) lookup(proxyNS string, host, svcNS string) *DestinationRule {
+// Istio's PushContext.destinationRule: the rules in the proxy's own
+// namespace first (the root namespace's private ones for a proxy there),
+// then those exported from the service's namespace, then those exported
+// from the root namespace; within each, the most specific host. Of the
+// rules found first, as Istio's SidecarScope.DestinationRule, a rule with
+// a workloadSelector in the proxy's namespace that selects it (selected)
+// wins, else the first without one; rules with a selector never apply to
+// proxies they do not select, so the result may be nil.
+func (x *ruleIndex) lookup(proxyNS string, host, svcNS string, selected map[*DestinationRule]bool) *DestinationRule {
 	if proxyNS != x.root {
 		if rs := x.namespaceLocal[proxyNS].match(host); len(rs) > 0 {
-			return rs[0]
+			r, _ := pickRule(rs, proxyNS, selected, false)
+			return r
 		}
 	} else if rs := x.rootLocal.match(host); len(rs) > 0 {
-		return rs[0]
+		r, _ := pickRule(rs, proxyNS, selected, false)
+		return r
 	}
 	for _, ns := range []string{svcNS, x.root} {
-		for _, r := range x.exported[ns].match(host) {
-			if r.visibleTo(proxyNS) {
-				return r
-			}
+		if r, found := pickRule(x.exported[ns].match(host), proxyNS, selected, true); found {
+			return r
 		}
 	}
 	return nil
+}
+
+// pickRule is the rule of rs (oldest first; only those visible to ns when
+// exported is set) that applies to a proxy in namespace ns that the rules
+// in selected select, and whether rs held any rule (visible) at all.
+func pickRule(rs []*DestinationRule, ns string, selected map[*DestinationRule]bool, exported bool) (*DestinationRule, bool) {
+	var catchAll *DestinationRule
+	found := false
+	for _, r := range rs {
+		if exported && !r.visibleTo(ns) {
+			continue
+		}
+		found = true
+		switch {
+		case r.WorkloadSelector == nil:
+			if catchAll == nil {
+				catchAll = r
+			}
+		case r.Namespace == ns && selected[r]:
+			return r, true
+		}
+	}
+	return catchAll, found
+}
+
+// selectedBy returns the rules with a workloadSelector in namespace ns
+// that select a workload with labels, and a key naming them ("" for none).
+func (x *ruleIndex) selectedBy(ns string, labels map[string]string) (map[*DestinationRule]bool, string) {
+	var set map[*DestinationRule]bool
+	var key strings.Builder
+	for _, r := range x.selectors[ns] {
+		if !selectorMatches(r.WorkloadSelector, labels) {
+			continue
+		}
+		if set == nil {
+			set = make(map[*DestinationRule]bool)
+		}
+		set[r] = true
+		key.WriteString(r.object + "|" + r.Host + ";")
+	}
+	return set, key.String()
+}
+
+// selectorMatches reports whether labels include every label of selector.
+func selectorMatches(selector, labels map[string]string) bool {
+	for k, v := range selector {
+		if got, ok := labels[k]; !ok || got != v {
+			return false
+		}
+	}
+	return true
 }
 
 // view names the rules a proxy in namespace ns sees: "" when they are the
@@ -204,7 +266,7 @@ func (x *ruleIndex) forService(host, svcNS string) []*DestinationRule {
 	}
 	exact := x.byHost[host]
 	var out []*DestinationRule
-	if r := x.lookup(svcNS, host, svcNS); r != nil {
+	if r := x.lookup(svcNS, host, svcNS, nil); r != nil {
 		out = append(out, r)
 	}
 	// Exact and wildcard rules, oldest first (both lists are).
@@ -244,17 +306,13 @@ func buildRules(stored []*storedRule, root string, defaultExportTo []string, pre
 	})
 	x := emptyRules()
 	x.root = root
-	type groupKey struct{ ns, host, exportTo string }
+	type groupKey struct{ ns, host, exportTo, selector string }
 	groups := make(map[groupKey]*DestinationRule)
 	for _, st := range stored {
 		obj := objectName(st.key)
 		spec := st.spec
 		if spec.GetHost() == "" {
 			x.problems = append(x.problems, Problem{Object: obj, Reason: "spec.host is empty: rule ignored"})
-			continue
-		}
-		if spec.GetWorkloadSelector() != nil {
-			x.problems = append(x.problems, Problem{Object: obj, Reason: "workloadSelector is not supported yet: rule ignored"})
 			continue
 		}
 		spec, problems := validRule(spec)
@@ -266,7 +324,11 @@ func buildRules(stored []*storedRule, root string, defaultExportTo []string, pre
 			exportTo = defaultExportTo
 		}
 		host := resolveHost(spec.GetHost(), st.key.Namespace)
-		gk := groupKey{st.key.Namespace, host, strings.Join(exportTo, ",")}
+		selector := spec.GetWorkloadSelector().GetMatchLabels()
+		if spec.GetWorkloadSelector() != nil && selector == nil {
+			selector = map[string]string{} // selects every workload of the namespace
+		}
+		gk := groupKey{st.key.Namespace, host, strings.Join(exportTo, ","), selectorKey(selector)}
 		if first := groups[gk]; first != nil {
 			// Merged into the older rule: a copy, so rules already
 			// published in a mesh stay as they were.
@@ -285,10 +347,10 @@ func buildRules(stored []*storedRule, root string, defaultExportTo []string, pre
 					x.problems = append(x.problems, Problem{Object: obj, Reason: fmt.Sprintf("another DestinationRule for host %s in namespace %s (%s) is older: its trafficPolicy wins, this one's is ignored", host, st.key.Namespace, first.From[0])})
 				}
 			}
-			*first = DestinationRule{Namespace: first.Namespace, Name: first.Name, Host: host, ExportTo: first.ExportTo, Spec: merged, From: append(first.From, st.key.Namespace+"/"+st.key.Name), object: first.object}
+			*first = DestinationRule{Namespace: first.Namespace, Name: first.Name, Host: host, ExportTo: first.ExportTo, Spec: merged, From: append(first.From, st.key.Namespace+"/"+st.key.Name), WorkloadSelector: first.WorkloadSelector, object: first.object}
 			continue
 		}
-		r := &DestinationRule{Namespace: st.key.Namespace, Name: st.key.Name, Host: host, ExportTo: exportTo, Spec: spec, From: []string{st.key.Namespace + "/" + st.key.Name}, object: obj}
+		r := &DestinationRule{Namespace: st.key.Namespace, Name: st.key.Name, Host: host, ExportTo: exportTo, Spec: spec, From: []string{st.key.Namespace + "/" + st.key.Name}, WorkloadSelector: selector, object: obj}
 		groups[gk] = r
 		x.all = append(x.all, r)
 	}
@@ -300,16 +362,20 @@ func buildRules(stored []*storedRule, root string, defaultExportTo []string, pre
 			same[r.object+"|"+r.Host] = r
 		}
 		for i, r := range x.all {
-			if p := same[r.object+"|"+r.Host]; p != nil && slices.Equal(p.From, r.From) &&
+			if p := same[r.object+"|"+r.Host]; p != nil && slices.Equal(p.From, r.From) && maps.Equal(p.WorkloadSelector, r.WorkloadSelector) &&
 				slices.Equal(p.ExportTo, r.ExportTo) && proto.Equal(p.Spec, r.Spec) {
 				x.all[i] = p
 			}
 		}
 	}
 	x.byHost = make(map[string][]*DestinationRule)
+	x.selectors = make(map[string][]*DestinationRule)
 	x.order = make(map[*DestinationRule]int, len(x.all))
 	for i, r := range x.all {
 		x.order[r] = i
+		if r.WorkloadSelector != nil {
+			x.selectors[r.Namespace] = append(x.selectors[r.Namespace], r)
+		}
 		if strings.HasPrefix(r.Host, "*") {
 			x.wildcards = append(x.wildcards, r)
 		} else {
@@ -397,12 +463,14 @@ func validRule(spec *networkingv1.DestinationRule) (*networkingv1.DestinationRul
 }
 
 // DestinationRule returns the rule a proxy in namespace proxyNS applies to
-// svc, or nil (Istio's precedence: see [ruleIndex.lookup]).
+// svc, or nil (Istio's precedence: see [ruleIndex.lookup]). Rules with a
+// workloadSelector apply only on a mesh scoped for a proxy they select
+// ([Mesh.ScopeForProxy]), to proxies in the scope's namespace.
 func (m *Mesh) DestinationRule(proxyNS string, svc *Service) *DestinationRule {
 	if len(svc.rules) == 0 {
 		return nil
 	}
-	return m.content.rules.lookup(proxyNS, svc.Hostname, svc.Namespace)
+	return m.content.rules.lookup(proxyNS, svc.Hostname, svc.Namespace, m.content.selected)
 }
 
 // DestinationRuleView names the destination rules a proxy in namespace ns
@@ -547,3 +615,17 @@ func itoa(n uint32) string { return strconv.FormatUint(uint64(n), 10) }
 // HasDefaultTrafficPolicy reports whether the mesh config sets a
 // defaultTrafficPolicy, which applies to services without rules too.
 func (m *Mesh) HasDefaultTrafficPolicy() bool { return m.content.defaultPolicy != nil }
+
+// selectorKey is a canonical string of a label selector ("" for nil).
+func selectorKey(sel map[string]string) string {
+	if sel == nil {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString("{")
+	for _, k := range slices.Sorted(maps.Keys(sel)) {
+		b.WriteString(k + "=" + sel[k] + ",")
+	}
+	b.WriteString("}")
+	return b.String()
+}

@@ -36,6 +36,14 @@ type meshContent struct {
 	routes *routeIndex
 	// sidecars indexes the Sidecars; nil when there are none.
 	sidecars *sidecarIndex
+	// selected: on a mesh scoped for a proxy ([Mesh.ScopeForProxy]), the
+	// DestinationRules with a workloadSelector that select it; nil else.
+	selected map[*DestinationRule]bool
+	// scoped: a mesh scoped for a proxy in namespace scopeNS, to which
+	// Sidecar scopeSidecar (nil: none) applies.
+	scoped       bool
+	scopeNS      string
+	scopeSidecar *sidecarScope
 	// defaultPolicy is the mesh config's defaultTrafficPolicy, or nil.
 	defaultPolicy *meshv1alpha1.MeshConfig_DefaultTrafficPolicy
 	memo          memo

@@ -512,7 +512,7 @@ func (x *routeIndex) forGateway(ns, gateway string) []*VirtualService {
 // namespace and a host the Sidecar applying to ns imports. Read-only.
 func (m *Mesh) VirtualServices(ns, gateway string) []*VirtualService {
 	all := m.content.routes.forGateway(ns, gateway)
-	sc := m.content.sidecars.forNamespace(ns)
+	sc := m.sidecarFor(ns)
 	if gateway != MeshGateway || sc == nil || len(all) == 0 {
 		return all
 	}
@@ -542,7 +542,7 @@ func (m *Mesh) VirtualServiceFor(ns, host string) *VirtualService {
 	if len(m.content.routes.all) == 0 {
 		return nil
 	}
-	idx := m.content.routes.memo.get(hostIndexKey{ns, m.content.sidecars.forNamespace(ns)}, func() any {
+	idx := m.content.routes.memo.get(hostIndexKey{ns, m.sidecarFor(ns)}, func() any {
 		idx := &vsHostIndex{exact: map[string]*VirtualService{}}
 		for _, v := range m.VirtualServices(ns, MeshGateway) {
 			if len(v.Spec.GetHttp()) == 0 && len(v.Spec.GetTcp()) == 0 && len(v.Spec.GetTls()) == 0 {
@@ -593,7 +593,7 @@ type wildcardVS struct {
 // and none matches on sourceNamespace.
 func (m *Mesh) VirtualServiceView(ns string) string {
 	x := m.content.routes
-	if len(x.all) == 0 || !x.restricted && m.content.sidecars.forNamespace(ns) == nil {
+	if len(x.all) == 0 || !x.restricted && m.sidecarFor(ns) == nil {
 		return ""
 	}
 	return ns

@@ -38,6 +38,9 @@ type Proxy struct {
 	Generator string
 	// Version is the proxy's ISTIO_VERSION metadata, "unknown" without.
 	Version string
+	// Labels are the workload's labels, node metadata LABELS (nil
+	// without): Sidecars and DestinationRules select proxies by them.
+	Labels map[string]string
 }
 
 // Parse reads an Istio-style node: id "<type>~<ip>~<pod>.<ns>~<ns>.svc.<domain>"
@@ -72,6 +75,12 @@ func Parse(n *core.Node) (*Proxy, error) {
 	if v := md["NAMESPACE"].GetStringValue(); v != "" {
 		p.Namespace = v
 	}
+	if ls := md["LABELS"].GetStructValue().GetFields(); len(ls) > 0 {
+		p.Labels = make(map[string]string, len(ls))
+		for k, v := range ls {
+			p.Labels[k] = v.GetStringValue()
+		}
+	}
 	if v := md["CLUSTER_ID"].GetStringValue(); v != "" {
 		p.ClusterID = v
 	}
@@ -86,10 +95,10 @@ func Parse(n *core.Node) (*Proxy, error) {
 	return p, nil
 }
 
-// XDS is what generation reads of p (type, pod IP, namespace), with the
+// XDS is what generation reads of p (type, pod IP, namespace, labels), with the
 // mesh config mc (nil: Istio's defaults).
 func (p *Proxy) XDS(mc *meshconfig.MeshConfig) xdsgen.Proxy {
-	xp := xdsgen.Proxy{Generator: xdsgen.Envoy, IP: p.IP, Namespace: p.Namespace, Mesh: mc}
+	xp := xdsgen.Proxy{Generator: xdsgen.Envoy, IP: p.IP, Namespace: p.Namespace, Mesh: mc, Labels: p.Labels}
 	if p.Generator == GeneratorGRPC {
 		xp.Generator = xdsgen.GRPC
 	}

@@ -43,8 +43,11 @@ type Proxy struct {
 	Namespace string
 	// Mesh holds the mesh-wide settings; nil is Istio's defaults.
 	Mesh *meshconfig.MeshConfig
-	// Labels are the workload's labels (VirtualService sourceLabels,
-	// Gateway selectors); nil finds them on the endpoints with address IP.
+	// Labels are the workload's labels (node metadata LABELS): the
+	// Sidecar and the DestinationRules with a workloadSelector that apply
+	// to it select it by them, and VirtualService sourceLabels and Gateway
+	// selectors match them; for those two only, nil finds them on the
+	// endpoints with address IP.
 	Labels map[string]string
 }
 
@@ -101,11 +104,12 @@ func GenerateFor(m *model.Mesh, p Proxy, typeURL string) (*Set, error) {
 
 func generateFor(full *model.Mesh, p Proxy, typeURL string) (*Set, error) {
 	mode := p.Mesh.OutboundMode()
-	// Outbound config covers the services the proxy's namespace may see
-	// (exportTo, Sidecar egress); load assignments are named subscriptions
+	// Outbound config covers the services the proxy may see (exportTo, the
+	// Sidecar that applies to it: by workloadSelector on its labels, else
+	// its namespace's), with the DestinationRules selecting it; load assignments are named subscriptions
 	// and shared, and the inbound side is what the pod serves, whatever the
 	// namespace sees.
-	m := full.ScopeFor(p.Namespace)
+	m := full.ScopeForProxy(p.Namespace, p.Labels)
 	inboundFor := func(_ *model.Mesh, ip string) *inbound { return inboundFor(full, ip) }
 	switch {
 	case typeURL == resource.EndpointType:

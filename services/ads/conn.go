@@ -102,8 +102,9 @@ type conn struct {
 	proxy       *proxy
 	watches     map[string]*watch
 	nonceSeq    uint64
-	subsChanged bool   // a watch's subscription changed since the registry write
-	orderSeq    uint64 // highest through_seq of the orders handled on this connection
+	subsChanged bool      // a watch's subscription (or the scope) changed since the registry write
+	scope       *pb.Scope // what the config depends on, as last computed (nil: not yet)
+	orderSeq    uint64    // highest through_seq of the orders handled on this connection
 }
 
 func (s *Server) newConn(ctx context.Context, fixedType string) *conn {

@@ -44,6 +44,7 @@ func (c *conn) info() *pb.ConnectionInfo {
 		ConnectedAt: timestamppb.New(c.connected),
 		Peer:        c.peer,
 		Delta:       c.delta != nil,
+		Scope:       c.scope,
 	}
 	for _, t := range pushOrder {
 		w, ok := c.watches[t]

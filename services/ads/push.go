@@ -1,6 +1,7 @@
 package ads
 
 import (
+	"slices"
 	"time"
 
 	resource "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
@@ -21,6 +22,7 @@ func (c *conn) answer(w *watch) error {
 	if err != nil {
 		return err
 	}
+	c.refreshScope(mesh, false)
 	c.s.updateConn(c)
 	return nil
 }
@@ -233,7 +235,12 @@ func (c *conn) handleOrders(orders []orderRef) error {
 	for _, o := range orders {
 		c.s.reports.done(o, res, synced, errText)
 	}
-	if sent {
+	if sendErr == nil {
+		// The pusher distrusts the scope after a push that may change it
+		// until an entry computed at least that late comes.
+		c.refreshScope(mesh, slices.ContainsFunc(orders, func(o orderRef) bool { return scopeChanging(o.order) }))
+	}
+	if sent || c.subsChanged {
 		c.s.updateConn(c)
 	}
 	return sendErr

@@ -117,7 +117,9 @@ func (p *Pusher) applyEntry(e jetstream.KeyValueEntry) {
 		}
 		c, ok := p.conns[conn]
 		if !ok {
-			c = &connState{}
+			// Requests this pusher handled before (or a predecessor did)
+			// may have changed the scope its entry reports.
+			c = &connState{scopeChange: p.latest}
 			p.conns[conn] = c
 			p.m.connections.Set(float64(len(p.conns)))
 		}
@@ -131,10 +133,10 @@ func (p *Pusher) applyEntry(e jetstream.KeyValueEntry) {
 			// (issue 11 #2).
 			c.synced, c.skipped = min(c.synced, info.GetSyncedSeq()), nil
 			c.reorder = true
-			c.info = info
+			c.setInfo(info)
 			p.syncedLocked(c, c.synced)
 		} else {
-			c.info = info
+			c.setInfo(info)
 			p.syncedLocked(c, info.GetSyncedSeq())
 		}
 		if f := p.inflight[c.pushID]; f != nil && c.synced >= f.req.through {
@@ -149,7 +151,7 @@ func (p *Pusher) applyEntry(e jetstream.KeyValueEntry) {
 }
 
 // sameWatches reports whether two entries of a connection watch the same
-// things (what the pusher scopes by).
+// things with the same scope (what the pusher scopes by).
 func sameWatches(a, b *pb.ConnectionInfo) bool {
 	aw, bw := a.GetWatches(), b.GetWatches()
 	if len(aw) != len(bw) {
@@ -160,7 +162,17 @@ func sameWatches(a, b *pb.ConnectionInfo) bool {
 			return false
 		}
 	}
-	return true
+	return sameScope(a.GetScope(), b.GetScope())
+}
+
+// sameScope reports whether two scopes say the same, whatever their
+// sequences (a scope only renewed scopes out nothing more).
+func sameScope(a, b *pb.Scope) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.GetAll() == b.GetAll() && a.GetRootNamespace() == b.GetRootNamespace() &&
+		slices.Equal(a.GetImports(), b.GetImports()) && slices.Equal(a.GetBackedNamespaces(), b.GetBackedNamespaces())
 }
 
 // forgetFrontendLocked drops a frontend and every connection it held, and

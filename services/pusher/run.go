@@ -303,7 +303,7 @@ func (p *Pusher) handlePushRequest(msg jetstream.Msg) {
 			p.m.skipped.WithLabelValues("synced").Inc()
 		case c.hasOrdered(req.through):
 			p.m.skipped.WithLabelValues("ordered").Inc()
-		case !needsPush(c.info, req):
+		case !needsPush(c, req):
 			// Untouched by these sequences: synced moves over them once
 			// every sequence below them is reflected too.
 			c.skip(req.covered)
@@ -326,6 +326,11 @@ func (p *Pusher) enqueueLocked(conn string, r *request) {
 		return
 	}
 	c.queued = max(c.queued, r.through)
+	if affectsScope(c.info, r) {
+		// Its scope may change: distrust the entry's until one computed
+		// at least this late comes.
+		c.scopeChange = max(c.scopeChange, r.through)
+	}
 	p.queues.get(c.info.GetFrontend()).Enqueue(conn, r)
 }
 

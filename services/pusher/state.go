@@ -16,6 +16,14 @@ type connState struct {
 	syncState
 	// queued is the highest through_seq queued or in flight for it.
 	queued uint64
+	// scopeChange: the highest through_seq of a request queued for it
+	// that may change its scope (a Sidecar change, a full push without
+	// keys), or, when this pusher learnt of it, the latest sequence then;
+	// its entry's scope is trusted only when computed at or above it.
+	scopeChange uint64
+	// eds indexes the load assignments info watches (nil: not built
+	// since info changed; see watchedEDS).
+	eds *edsWatches
 	// pushID is the order in flight for it (0: none).
 	pushID uint64
 	// ordered is the highest through_seq this pusher has ordered for it;
@@ -27,6 +35,11 @@ type connState struct {
 	// none scheduled); backoff: the wait before the one after it.
 	resyncAt time.Time
 	backoff  time.Duration
+}
+
+// setInfo records the connection's registry entry.
+func (c *connState) setInfo(info *pb.ConnectionInfo) {
+	c.info, c.eds = info, nil
 }
 
 // inflight is one dispatched order awaiting its PushDone.

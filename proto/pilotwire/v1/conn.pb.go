@@ -71,7 +71,7 @@ func (x DeliveryRecord_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use DeliveryRecord_Kind.Descriptor instead.
 func (DeliveryRecord_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_pilotwire_v1_conn_proto_rawDescGZIP(), []int{3, 0}
+	return file_pilotwire_v1_conn_proto_rawDescGZIP(), []int{4, 0}
 }
 
 // FrontendInfo is an ADS frontend's heartbeat in the registry bucket, key
@@ -329,10 +329,13 @@ type ConnectionInfo struct {
 	Generator string   `protobuf:"bytes,7,opt,name=generator,proto3" json:"generator,omitempty"`
 	Watches   []*Watch `protobuf:"bytes,8,rep,name=watches,proto3" json:"watches,omitempty"`
 	// Change-stream sequence the connection's config reflects.
-	SyncedSeq     uint64                 `protobuf:"varint,9,opt,name=synced_seq,json=syncedSeq,proto3" json:"synced_seq,omitempty"`
-	ConnectedAt   *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=connected_at,json=connectedAt,proto3" json:"connected_at,omitempty"`
-	Peer          string                 `protobuf:"bytes,11,opt,name=peer,proto3" json:"peer,omitempty"`
-	Delta         bool                   `protobuf:"varint,12,opt,name=delta,proto3" json:"delta,omitempty"`
+	SyncedSeq   uint64                 `protobuf:"varint,9,opt,name=synced_seq,json=syncedSeq,proto3" json:"synced_seq,omitempty"`
+	ConnectedAt *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=connected_at,json=connectedAt,proto3" json:"connected_at,omitempty"`
+	Peer        string                 `protobuf:"bytes,11,opt,name=peer,proto3" json:"peer,omitempty"`
+	Delta       bool                   `protobuf:"varint,12,opt,name=delta,proto3" json:"delta,omitempty"`
+	// What the connection's config can depend on, for the pusher's scoping
+	// (unset: unknown, every change reaches it).
+	Scope         *Scope `protobuf:"bytes,13,opt,name=scope,proto3" json:"scope,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -451,6 +454,105 @@ func (x *ConnectionInfo) GetDelta() bool {
 	return false
 }
 
+func (x *ConnectionInfo) GetScope() *Scope {
+	if x != nil {
+		return x.Scope
+	}
+	return nil
+}
+
+// Scope is what one connection's config can depend on, as the frontend's
+// model says (Istio's SidecarScope dependencies, in a compact form that
+// stays true until a Sidecar changes): the pusher leaves the connection
+// out of pushes whose changes are all elsewhere (services/pusher/scope.go).
+type Scope struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Change-stream sequence of the model it was computed from. A pusher
+	// trusts it only when no change that can alter it (a Sidecar of the
+	// connection's or the root namespace, a full push without keys) was
+	// pushed to the connection above this sequence.
+	Seq uint64 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	// True: any change may matter (no Sidecar limits the proxy's egress).
+	All bool `protobuf:"varint,2,opt,name=all,proto3" json:"all,omitempty"`
+	// The mesh's root namespace: its Sidecar and DestinationRules apply
+	// mesh-wide.
+	RootNamespace string `protobuf:"bytes,3,opt,name=root_namespace,json=rootNamespace,proto3" json:"root_namespace,omitempty"`
+	// The egress hosts of the Sidecar that applies, "<namespace>/<host>"
+	// with "." resolved to the proxy's namespace ("*" stays; "~" entries
+	// are left out). The proxy's own namespace always counts.
+	Imports []string `protobuf:"bytes,4,rep,name=imports,proto3" json:"imports,omitempty"`
+	// Namespaces of the services the proxy's pod backs (its inbound side),
+	// sorted.
+	BackedNamespaces []string `protobuf:"bytes,5,rep,name=backed_namespaces,json=backedNamespaces,proto3" json:"backed_namespaces,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *Scope) Reset() {
+	*x = Scope{}
+	mi := &file_pilotwire_v1_conn_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Scope) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Scope) ProtoMessage() {}
+
+func (x *Scope) ProtoReflect() protoreflect.Message {
+	mi := &file_pilotwire_v1_conn_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Scope.ProtoReflect.Descriptor instead.
+func (*Scope) Descriptor() ([]byte, []int) {
+	return file_pilotwire_v1_conn_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *Scope) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *Scope) GetAll() bool {
+	if x != nil {
+		return x.All
+	}
+	return false
+}
+
+func (x *Scope) GetRootNamespace() string {
+	if x != nil {
+		return x.RootNamespace
+	}
+	return ""
+}
+
+func (x *Scope) GetImports() []string {
+	if x != nil {
+		return x.Imports
+	}
+	return nil
+}
+
+func (x *Scope) GetBackedNamespaces() []string {
+	if x != nil {
+		return x.BackedNamespaces
+	}
+	return nil
+}
+
 // DeliveryRecord is one xDS exchange on one connection, kept in the
 // DELIVERIES stream (subject <prefix>.deliveries.<frontend>.<conn>) so an
 // operator can replay why a proxy got the config it got.
@@ -476,7 +578,7 @@ type DeliveryRecord struct {
 
 func (x *DeliveryRecord) Reset() {
 	*x = DeliveryRecord{}
-	mi := &file_pilotwire_v1_conn_proto_msgTypes[3]
+	mi := &file_pilotwire_v1_conn_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -488,7 +590,7 @@ func (x *DeliveryRecord) String() string {
 func (*DeliveryRecord) ProtoMessage() {}
 
 func (x *DeliveryRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_pilotwire_v1_conn_proto_msgTypes[3]
+	mi := &file_pilotwire_v1_conn_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -501,7 +603,7 @@ func (x *DeliveryRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeliveryRecord.ProtoReflect.Descriptor instead.
 func (*DeliveryRecord) Descriptor() ([]byte, []int) {
-	return file_pilotwire_v1_conn_proto_rawDescGZIP(), []int{3}
+	return file_pilotwire_v1_conn_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *DeliveryRecord) GetKind() DeliveryRecord_Kind {
@@ -624,7 +726,7 @@ const file_pilotwire_v1_conn_proto_rawDesc = "" +
 	"nack_error\x18\x06 \x01(\tR\tnackError\x12\x14\n" +
 	"\x05nonce\x18\a \x01(\tR\x05nonce\x123\n" +
 	"\asent_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\x06sentAt\x125\n" +
-	"\backed_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\aackedAt\"\x8f\x03\n" +
+	"\backed_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\aackedAt\"\xba\x03\n" +
 	"\x0eConnectionInfo\x12\x17\n" +
 	"\aconn_id\x18\x01 \x01(\tR\x06connId\x12\x1a\n" +
 	"\bfrontend\x18\x02 \x01(\tR\bfrontend\x12\x17\n" +
@@ -641,7 +743,14 @@ const file_pilotwire_v1_conn_proto_rawDesc = "" +
 	"\fconnected_at\x18\n" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\vconnectedAt\x12\x12\n" +
 	"\x04peer\x18\v \x01(\tR\x04peer\x12\x14\n" +
-	"\x05delta\x18\f \x01(\bR\x05delta\"\xd8\x03\n" +
+	"\x05delta\x18\f \x01(\bR\x05delta\x12)\n" +
+	"\x05scope\x18\r \x01(\v2\x13.pilotwire.v1.ScopeR\x05scope\"\x99\x01\n" +
+	"\x05Scope\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x10\n" +
+	"\x03all\x18\x02 \x01(\bR\x03all\x12%\n" +
+	"\x0eroot_namespace\x18\x03 \x01(\tR\rrootNamespace\x12\x18\n" +
+	"\aimports\x18\x04 \x03(\tR\aimports\x12+\n" +
+	"\x11backed_namespaces\x18\x05 \x03(\tR\x10backedNamespaces\"\xd8\x03\n" +
 	"\x0eDeliveryRecord\x125\n" +
 	"\x04kind\x18\x01 \x01(\x0e2!.pilotwire.v1.DeliveryRecord.KindR\x04kind\x12\x1a\n" +
 	"\bfrontend\x18\x02 \x01(\tR\bfrontend\x12\x17\n" +
@@ -677,29 +786,31 @@ func file_pilotwire_v1_conn_proto_rawDescGZIP() []byte {
 }
 
 var file_pilotwire_v1_conn_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_pilotwire_v1_conn_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
+var file_pilotwire_v1_conn_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
 var file_pilotwire_v1_conn_proto_goTypes = []any{
 	(DeliveryRecord_Kind)(0),      // 0: pilotwire.v1.DeliveryRecord.Kind
 	(*FrontendInfo)(nil),          // 1: pilotwire.v1.FrontendInfo
 	(*Watch)(nil),                 // 2: pilotwire.v1.Watch
 	(*ConnectionInfo)(nil),        // 3: pilotwire.v1.ConnectionInfo
-	(*DeliveryRecord)(nil),        // 4: pilotwire.v1.DeliveryRecord
-	(*timestamppb.Timestamp)(nil), // 5: google.protobuf.Timestamp
+	(*Scope)(nil),                 // 4: pilotwire.v1.Scope
+	(*DeliveryRecord)(nil),        // 5: pilotwire.v1.DeliveryRecord
+	(*timestamppb.Timestamp)(nil), // 6: google.protobuf.Timestamp
 }
 var file_pilotwire_v1_conn_proto_depIdxs = []int32{
-	5, // 0: pilotwire.v1.FrontendInfo.started_at:type_name -> google.protobuf.Timestamp
-	5, // 1: pilotwire.v1.FrontendInfo.heartbeat_at:type_name -> google.protobuf.Timestamp
-	5, // 2: pilotwire.v1.Watch.sent_at:type_name -> google.protobuf.Timestamp
-	5, // 3: pilotwire.v1.Watch.acked_at:type_name -> google.protobuf.Timestamp
+	6, // 0: pilotwire.v1.FrontendInfo.started_at:type_name -> google.protobuf.Timestamp
+	6, // 1: pilotwire.v1.FrontendInfo.heartbeat_at:type_name -> google.protobuf.Timestamp
+	6, // 2: pilotwire.v1.Watch.sent_at:type_name -> google.protobuf.Timestamp
+	6, // 3: pilotwire.v1.Watch.acked_at:type_name -> google.protobuf.Timestamp
 	2, // 4: pilotwire.v1.ConnectionInfo.watches:type_name -> pilotwire.v1.Watch
-	5, // 5: pilotwire.v1.ConnectionInfo.connected_at:type_name -> google.protobuf.Timestamp
-	0, // 6: pilotwire.v1.DeliveryRecord.kind:type_name -> pilotwire.v1.DeliveryRecord.Kind
-	5, // 7: pilotwire.v1.DeliveryRecord.at:type_name -> google.protobuf.Timestamp
-	8, // [8:8] is the sub-list for method output_type
-	8, // [8:8] is the sub-list for method input_type
-	8, // [8:8] is the sub-list for extension type_name
-	8, // [8:8] is the sub-list for extension extendee
-	0, // [0:8] is the sub-list for field type_name
+	6, // 5: pilotwire.v1.ConnectionInfo.connected_at:type_name -> google.protobuf.Timestamp
+	4, // 6: pilotwire.v1.ConnectionInfo.scope:type_name -> pilotwire.v1.Scope
+	0, // 7: pilotwire.v1.DeliveryRecord.kind:type_name -> pilotwire.v1.DeliveryRecord.Kind
+	6, // 8: pilotwire.v1.DeliveryRecord.at:type_name -> google.protobuf.Timestamp
+	9, // [9:9] is the sub-list for method output_type
+	9, // [9:9] is the sub-list for method input_type
+	9, // [9:9] is the sub-list for extension type_name
+	9, // [9:9] is the sub-list for extension extendee
+	0, // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_pilotwire_v1_conn_proto_init() }
@@ -713,7 +824,7 @@ func file_pilotwire_v1_conn_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pilotwire_v1_conn_proto_rawDesc), len(file_pilotwire_v1_conn_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   4,
+			NumMessages:   5,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

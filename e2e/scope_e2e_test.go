@@ -7,11 +7,11 @@ import (
 	"strings"
 	"testing"
 
-	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	resource "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/pilotwire/pilotwire/internal/testkit/adstest"
 	"github.com/pilotwire/pilotwire/internal/testkit/pipelinetest"
 	"github.com/pilotwire/pilotwire/internal/testkit/testutil"
 )
@@ -54,21 +54,19 @@ func TestSidecarScopesPushes(t *testing.T) {
 		latest := p.Metric(t, "pusher", "pilotwire_pusher_latest_through_seq")
 		return latest >= 3 && p.Metric(t, "fe-0", "pilotwire_ads_applied_seq") >= latest
 	})
-	connect := func(ns string) *adsClient {
-		c := newADSClient(ctx, t, p.ADSAddr)
-		c.node = &core.Node{Id: "sidecar~10.244.0.9~client-0." + ns + "~" + ns + ".svc.cluster.local"}
-		return c
+	connect := func(ns string) *adstest.Client {
+		return adstest.Dial(ctx, t, p.ADSAddr, "sidecar~10.244.0.9~client-0."+ns+"~"+ns+".svc.cluster.local")
 	}
 	clusters := func(resp *discovery.DiscoveryResponse) []string {
-		names := keys(decode(t, resp, newCluster))
+		names := keys(adstest.Decode(t, resp, newCluster))
 		return slices.DeleteFunc(names, func(n string) bool { return !strings.HasPrefix(n, "outbound|") })
 	}
 	scoped, observer := connect("scoped"), connect("other")
-	got := clusters(scoped.request(resource.ClusterType))
+	got := clusters(scoped.Request(resource.ClusterType))
 	if want := []string{"outbound|80||web.scoped.svc.cluster.local"}; !slices.Equal(got, want) {
 		t.Fatalf("scoped sidecar's clusters %v, want %v", got, want)
 	}
-	if got := clusters(observer.request(resource.ClusterType)); !slices.Contains(got, "outbound|80||api.other.svc.cluster.local") {
+	if got := clusters(observer.Request(resource.ClusterType)); !slices.Contains(got, "outbound|80||api.other.svc.cluster.local") {
 		t.Fatalf("observer's clusters %v lack api", got)
 	}
 	// Both connections are registered with the pusher before any change.
@@ -113,10 +111,10 @@ func TestSidecarScopesPushes(t *testing.T) {
 
 // waitAndAck receives the next response (of any type), ACKs it and
 // returns it.
-func waitAndAck(ctx context.Context, t *testing.T, c *adsClient) *discovery.DiscoveryResponse {
+func waitAndAck(ctx context.Context, t *testing.T, c *adstest.Client) *discovery.DiscoveryResponse {
 	t.Helper()
 	resp := recvAny(ctx, t, c)
-	c.ack(resp)
+	c.ACK(resp)
 	return resp
 }
 

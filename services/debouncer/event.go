@@ -148,15 +148,16 @@ func parseSlice(obj []byte) slice {
 // endpointIndex remembers which EndpointSlices each service has and their
 // ports, to tell, as Istio does, an endpoint change that needs a full push
 // (the service's first endpoints, its last endpoints gone, or changed
-// ports) from one that only changes load assignments. It starts empty after
-// a restart, so the first change of each service is treated as full:
-// conservative, never a missed full push.
+// ports) from one that only changes load assignments.
 //
 // It also remembers which services' slices name each pod, and each pod's
 // labels, so that a pod label change becomes an endpoint push of those
-// services. A pod whose services are not known yet (no slice naming it was
-// seen since the debouncer started) gets no push: its services' next slice
-// change carries the labels.
+// services. Each active term rebuilds it from the last EndpointSlice and
+// Pod records at the floor it resumes from (podindex.go); a slice the
+// rebuild did not read (past its bound) makes its service's first change
+// full (conservative, never a missed full push), and a pod whose services
+// are not known gets no push: its services' next slice change carries the
+// labels.
 type endpointIndex struct {
 	slices    map[sliceID]slice
 	services  map[svcID]int           // number of slices

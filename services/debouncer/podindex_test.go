@@ -92,7 +92,9 @@ func TestPodLabelChangeAfterRestart(t *testing.T) {
 	sliceRef := func(name string) *pb.ObjectRef {
 		return &pb.ObjectRef{Group: "discovery.k8s.io", Version: "v1", Kind: "EndpointSlice", Namespace: "ns", Name: name}
 	}
-	podRef := func(name string) *pb.ObjectRef { return &pb.ObjectRef{Version: "v1", Kind: "Pod", Namespace: "ns", Name: name} }
+	podRef := func(name string) *pb.ObjectRef {
+		return &pb.ObjectRef{Version: "v1", Kind: "Pod", Namespace: "ns", Name: name}
+	}
 	publishObject(ctx, t, js, sliceRef("web-a"), pb.Op_OP_ADD, serviceSlice("web", "web-a", "web-1"))
 	publishObject(ctx, t, js, podRef("web-1"), pb.Op_OP_ADD, podObject("web-1", "v1"))
 	publishObject(ctx, t, js, sliceRef("gone"), pb.Op_OP_ADD, serviceSlice("web", "gone", "web-3"))

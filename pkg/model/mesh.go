@@ -117,8 +117,13 @@ type Endpoint struct {
 	// Port is the endpoint's port: that of the slice port matching the
 	// Service port by name and protocol.
 	Port int32
-	// Zone is endpoints[].zone of the slice, "" when unset.
-	Zone string
+	// Region, Zone and SubZone are the workload's locality ([Locality]):
+	// for a Kubernetes endpoint, its Pod's locality label
+	// (topology.istio.io/locality, istio-locality), else its Node's
+	// topology labels (topology.kubernetes.io/region and zone,
+	// topology.istio.io/subzone), else the slice endpoint's zone; for a
+	// WorkloadEntry its locality field, else its locality label.
+	Region, Zone, SubZone string
 	// NodeName is endpoints[].nodeName of the slice, "" when unset.
 	NodeName string
 	// ClusterID is the cluster the EndpointSlice was observed in.
@@ -127,9 +132,6 @@ type Endpoint struct {
 	// endpoint's targetRef names, of a WorkloadEntry, or of a ServiceEntry
 	// endpoint. Subsets select endpoints by them. Shared, read-only.
 	Labels map[string]string
-	// Region and SubZone complete the locality of WorkloadEntries and
-	// ServiceEntry endpoints (region/zone/subzone); "" for Kubernetes.
-	Region, SubZone string
 	// Weight is the endpoint's load-balancing weight; 0 means 1.
 	Weight uint32
 	// Network is the endpoint's network, "" for the default one.

@@ -100,4 +100,3 @@ func TestWorkloadEntryLocality(t *testing.T) {
 		t.Fatalf("localities after the node changed (-want +got):\n%s", diff)
 	}
 }
-

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
+	networkingv1 "istio.io/api/networking/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 )
@@ -38,7 +39,9 @@ type meshContent struct {
 	sidecars *sidecarIndex
 	// defaultPolicy is the mesh config's defaultTrafficPolicy, or nil.
 	defaultPolicy *meshv1alpha1.MeshConfig_DefaultTrafficPolicy
-	memo          memo
+	// localityLB is the mesh config's localityLbSetting, or nil.
+	localityLB *networkingv1.LocalityLoadBalancerSetting
+	memo       memo
 	// config is shared further, by meshes whose services differ at most in
 	// their endpoints.
 	config *memo
@@ -333,4 +336,12 @@ func (s *Service) sameConfig(o *Service) bool {
 		return a.Name == b.Name && a.Port == b.Port && a.Protocol == b.Protocol &&
 			a.AppProtocol == b.AppProtocol && a.TargetPort == b.TargetPort
 	})
+}
+
+// LocalityLbSetting is the mesh config's localityLbSetting: the locality
+// load balancing of destinations whose DestinationRule sets none (Istio's
+// default enables it, with no distribute or failover of its own). nil for
+// meshes made by [NewMesh]. Read-only.
+func (m *Mesh) LocalityLbSetting() *networkingv1.LocalityLoadBalancerSetting {
+	return m.content.localityLB
 }

@@ -141,6 +141,7 @@ func NewStore(opts ...Option) *Store {
 	empty.content.rules = s.ruleIdx
 	empty.content.routes = s.routeIdx
 	empty.content.defaultPolicy = s.meshCfg.DefaultTrafficPolicy()
+	empty.content.localityLB = s.meshCfg.LocalityLbSetting()
 	return s
 }
 

@@ -16,7 +16,7 @@ import (
 const DefaultIndexRebuildMax = 500_000
 
 // rebuildIndex fills a new term's endpoint index with the state of every
-// EndpointSlice and Pod at the floor the term resumes from: the last
+// EndpointSlice, Pod and Node at the floor the term resumes from: the last
 // record of each such subject (an ordered consumer, deliver last per
 // subject, that lives for this read only). Without it, the index is empty
 // after a restart or take-over, and the first label change of a pod whose
@@ -40,6 +40,7 @@ func (a *active) rebuildIndex(ctx context.Context, floor uint64, maxRecords int)
 		FilterSubjects: []string{
 			a.names.ChangesKind(&pb.ObjectRef{Group: "discovery.k8s.io", Kind: "EndpointSlice"}),
 			a.names.ChangesKind(&pb.ObjectRef{Kind: "Pod"}),
+			a.names.ChangesKind(&pb.ObjectRef{Kind: "Node"}),
 		},
 		DeliverPolicy: jetstream.DeliverLastPerSubjectPolicy,
 	})
@@ -85,7 +86,7 @@ func (a *active) rebuildIndex(ctx context.Context, floor uint64, maxRecords int)
 				switch idx.observe(msg.Data()) {
 				case observedSlice:
 					slices++
-				case observedPod:
+				case observedPod, observedNode:
 					pods++
 				}
 			}
@@ -114,6 +115,7 @@ const (
 	observedNothing observed = iota
 	observedSlice
 	observedPod
+	observedNode
 )
 
 // observe applies a stored record of the state at the floor to the index:
@@ -132,6 +134,9 @@ func (x *endpointIndex) observe(data []byte) observed {
 	case ref.GetGroup() == "" && ref.GetKind() == "Pod":
 		x.podLabels[podID{rec.GetCluster(), ref.GetNamespace(), ref.GetName()}] = podLabels(rec.GetObject())
 		return observedPod
+	case ref.GetGroup() == "" && ref.GetKind() == "Node":
+		x.nodeTopo[podID{rec.GetCluster(), "", ref.GetName()}] = nodeTopology(rec.GetObject())
+		return observedNode
 	}
 	return observedNothing
 }

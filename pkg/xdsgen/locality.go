@@ -9,7 +9,6 @@ import (
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
-	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	networkingv1 "istio.io/api/networking/v1"
 
@@ -265,8 +264,7 @@ func endpointSetFor(full *model.Mesh, p Proxy) (*Set, error) {
 		if len(own) == 0 {
 			return base, nil
 		}
-		// own first: newSet keeps the first of a name.
-		return newSet(resource.EndpointType, append(own, base.Resources...)), nil
+		return overlaySet(base, own), nil
 	})
 }
 
@@ -493,4 +491,31 @@ func applyFailoverPriorities(cla *endpointv3.ClusterLoadAssignment, groups []loc
 	}
 	compactPriorities(out)
 	cla.Endpoints = out
+}
+
+// overlaySet is base with the resources of own replacing those of the
+// same name (each is in base: a load assignment of a served port). base
+// is sorted and unique, so one merge pass keeps it so without a sort.
+func overlaySet(base *Set, own []*Resource) *Set {
+	own = sortedByName(own)
+	rs := make([]*Resource, 0, len(base.Resources)+len(own))
+	i := 0
+	for _, r := range base.Resources {
+		for i < len(own) && own[i].Name < r.Name {
+			rs = append(rs, own[i]) // not in base: kept all the same
+			i++
+		}
+		if i < len(own) && own[i].Name == r.Name {
+			rs = append(rs, own[i])
+			i++
+			continue
+		}
+		rs = append(rs, r)
+	}
+	rs = append(rs, own[i:]...)
+	byName := make(map[string]*Resource, len(rs))
+	for _, r := range rs {
+		byName[r.Name] = r
+	}
+	return &Set{TypeURL: base.TypeURL, Resources: rs, Version: VersionOf(rs), byName: byName}
 }

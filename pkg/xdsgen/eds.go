@@ -27,7 +27,7 @@ func loadAssignments(svc *model.Service) ([]*Resource, error) {
 	subsets := svc.Subsets()
 	err := meshPorts(svc, func(p *model.Port, _ protocol) error {
 		name := clusterName(svc, p)
-		cla, _ := groupLocalities(name, p.Endpoints)
+		cla, _ := groupLocalities(name, p.Endpoints, false)
 		r, err := newResource(name, cla)
 		if err != nil {
 			return err
@@ -35,7 +35,7 @@ func loadAssignments(svc *model.Service) ([]*Resource, error) {
 		out = append(out, r)
 		for _, subset := range subsets {
 			name := model.OutboundClusterName(p.Port, subset, svc.Hostname)
-			cla, _ := groupLocalities(name, subsetEndpoints(p.Endpoints, svc.Subset(subset).GetLabels()))
+			cla, _ := groupLocalities(name, subsetEndpoints(p.Endpoints, svc.Subset(subset).GetLabels()), false)
 			r, err := newResource(name, cla)
 			if err != nil {
 				return err
@@ -77,8 +77,9 @@ type localityGroup struct {
 // weight equal to the sum of its endpoints' weights, which spreads load
 // evenly per endpoint under gRPC's weighted-target policy. Localities are
 // sorted by region, zone and subzone, all at priority 0; endpoints keep
-// the model's order. The result is new: callers may change it.
-func groupLocalities(name string, eps []model.Endpoint) (*endpointv3.ClusterLoadAssignment, []localityGroup) {
+// the model's order. The result is new: callers may change it. With keep,
+// each group also lists its endpoints (failoverPriority reads them).
+func groupLocalities(name string, eps []model.Endpoint, keep bool) (*endpointv3.ClusterLoadAssignment, []localityGroup) {
 	cla := &endpointv3.ClusterLoadAssignment{ClusterName: name}
 	if len(eps) == 0 {
 		return cla, nil
@@ -109,7 +110,9 @@ func groupLocalities(name string, eps []model.Endpoint) (*endpointv3.ClusterLoad
 			HealthStatus:        corev3.HealthStatus_HEALTHY,
 			LoadBalancingWeight: weight,
 		})
-		g.eps = append(g.eps, ep)
+		if keep {
+			g.eps = append(g.eps, ep)
+		}
 	}
 	slices.SortFunc(groups, func(a, b localityGroup) int {
 		x, y := a.lle.Locality, b.lle.Locality

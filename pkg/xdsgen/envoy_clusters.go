@@ -141,7 +141,7 @@ func dnsEndpointsCluster(name string, eps []model.Endpoint) *clusterv3.Cluster {
 		LbPolicy:             clusterv3.Cluster_LEAST_REQUEST,
 		DnsLookupFamily:      clusterv3.Cluster_V4_ONLY,
 	}
-	c.LoadAssignment, _ = groupLocalities(name, eps)
+	c.LoadAssignment, _ = groupLocalities(name, eps, false)
 	return c
 }
 

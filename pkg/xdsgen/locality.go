@@ -287,7 +287,7 @@ func localLoadAssignments(m *model.Mesh, svc *model.Service, dr *model.Destinati
 				eps = subsetEndpoints(eps, svc.Subset(subset).GetLabels())
 			}
 			name := model.OutboundClusterName(p.Port, subset, svc.Hostname)
-			cla, groups := groupLocalities(name, eps)
+			cla, groups := groupLocalities(name, eps, len(s.GetFailoverPriority()) > 0)
 			if weights {
 				applyLocalityWeights(t.locality, cla, s.GetDistribute())
 			} else {

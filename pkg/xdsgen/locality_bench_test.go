@@ -84,11 +84,12 @@ func BenchmarkGenerateEDSLocality(b *testing.B) {
 				for b.Loop() {
 					b.StopTimer()
 					svc := (i % 100) * 10 // a ruled service in ruled-10
+					shift := 1 - i/100%2  // each update of a service changes it
 					i++
 					name := fmt.Sprintf("svc-%04d", svc)
 					var eps []any
 					for j := range 10 {
-						eps = append(eps, map[string]any{"addresses": []any{fmt.Sprintf("10.%d.%d.%d", svc/250, svc%250, j+1+i%2)}, "zone": "r1/z1"})
+						eps = append(eps, map[string]any{"addresses": []any{fmt.Sprintf("10.%d.%d.%d", svc/250, svc%250, j+1+shift)}, "zone": "r1/z1"})
 					}
 					r := objRecord(b, "discovery.k8s.io", model.KindEndpointSlice, "ns", name+"-1", map[string]any{
 						"metadata":    map[string]any{"labels": map[string]any{"kubernetes.io/service-name": name}},

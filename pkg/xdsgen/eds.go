@@ -90,20 +90,23 @@ func groupLocalities(name string, eps []model.Endpoint, keep bool) (*endpointv3.
 		key := ep.Locality()
 		i, ok := byLocality[key]
 		if !ok {
-			i = len(groups)
+			i = len(cla.Endpoints)
 			byLocality[key] = i
-			groups = append(groups, localityGroup{lle: &endpointv3.LocalityLbEndpoints{
+			cla.Endpoints = append(cla.Endpoints, &endpointv3.LocalityLbEndpoints{
 				Locality:            &corev3.Locality{Region: ep.Region, Zone: ep.Zone, SubZone: ep.SubZone},
 				LoadBalancingWeight: wrapperspb.UInt32(0),
-			}})
+			})
+			if keep {
+				groups = append(groups, localityGroup{lle: cla.Endpoints[i]})
+			}
 		}
-		g := &groups[i]
+		lle := cla.Endpoints[i]
 		weight := endpointWeight
 		if ep.Weight > 1 {
 			weight = wrapperspb.UInt32(ep.Weight)
 		}
-		g.lle.LoadBalancingWeight.Value += max(ep.Weight, 1)
-		g.lle.LbEndpoints = append(g.lle.LbEndpoints, &endpointv3.LbEndpoint{
+		lle.LoadBalancingWeight.Value += max(ep.Weight, 1)
+		lle.LbEndpoints = append(lle.LbEndpoints, &endpointv3.LbEndpoint{
 			HostIdentifier: &endpointv3.LbEndpoint_Endpoint{Endpoint: &endpointv3.Endpoint{
 				Address: socketAddress(ep.Address, ep.Port),
 			}},
@@ -111,17 +114,15 @@ func groupLocalities(name string, eps []model.Endpoint, keep bool) (*endpointv3.
 			LoadBalancingWeight: weight,
 		})
 		if keep {
-			g.eps = append(g.eps, ep)
+			groups[i].eps = append(groups[i].eps, ep)
 		}
 	}
-	slices.SortFunc(groups, func(a, b localityGroup) int {
-		x, y := a.lle.Locality, b.lle.Locality
+	byPlace := func(a, b *endpointv3.LocalityLbEndpoints) int {
+		x, y := a.Locality, b.Locality
 		return cmp.Or(cmp.Compare(x.Region, y.Region), cmp.Compare(x.Zone, y.Zone), cmp.Compare(x.SubZone, y.SubZone))
-	})
-	cla.Endpoints = make([]*endpointv3.LocalityLbEndpoints, len(groups))
-	for i := range groups {
-		cla.Endpoints[i] = groups[i].lle
 	}
+	slices.SortFunc(cla.Endpoints, byPlace)
+	slices.SortFunc(groups, func(a, b localityGroup) int { return byPlace(a.lle, b.lle) })
 	return cla, groups
 }
 

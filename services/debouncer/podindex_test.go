@@ -127,3 +127,39 @@ func TestPodLabelChangeAfterRestart(t *testing.T) {
 		t.Errorf("slices read into the index at start: %v, want 1 (web-a; api-a is replayed, gone is deleted)", got)
 	}
 }
+
+// TestIndexRebuildIsBounded: a rebuild stops after --index-rebuild-max
+// records, says so (metric), and the term runs on with what it read.
+func TestIndexRebuildIsBounded(t *testing.T) {
+	url := natstest.Start(t)
+	_, js := natstest.Connect(t, url)
+	setupStreams(t, js)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.DefaultTimeout)
+	defer cancel()
+	dcfg := debounce.DefaultConfig()
+	dcfg.DebounceAfter = 10 * time.Millisecond
+	a := startDebouncer(t, url, "a", dcfg)
+	testutil.Eventually(t, "a active", a.leader)
+	ref := func(name string) *pb.ObjectRef {
+		return &pb.ObjectRef{Group: "discovery.k8s.io", Version: "v1", Kind: "EndpointSlice", Namespace: "ns", Name: name}
+	}
+	var last uint64
+	for _, name := range []string{"web-a", "web-b", "web-c"} {
+		last = publishObject(ctx, t, js, ref(name), pb.Op_OP_ADD, serviceSlice("web", name, name+"-pod"))
+	}
+	requestCovering(t, js, last)
+	if err := a.stop(); err != nil {
+		t.Fatalf("a: %v", err)
+	}
+	b := startWith(t, url, "b", func(c *Config) { c.Debounce = dcfg; c.IndexRebuildMax = 2 })
+	testutil.Eventually(t, "b active", b.leader)
+	testutil.Eventually(t, "the truncated rebuild counted", func() bool {
+		return testutil.Metric(b.reg, "pilotwire_debounce_index_rebuild_truncated_total") == 1
+	})
+	if got := testutil.Metric(b.reg, "pilotwire_debounce_index_rebuild_slices"); got != 2 {
+		t.Errorf("slices read: %v, want 2 (the bound)", got)
+	}
+	// The term runs: a change still becomes a request.
+	seq := publishObject(ctx, t, js, &pb.ObjectRef{Version: "v1", Kind: "Pod", Namespace: "ns", Name: "web-a-pod"}, pb.Op_OP_UPDATE, podObject("web-a-pod", "v2"))
+	requestCovering(t, js, seq)
+}

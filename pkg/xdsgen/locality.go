@@ -84,8 +84,10 @@ func applyLocalityLbConfig(m *model.Mesh, c *clusterv3.Cluster, tp *networkingv1
 
 // localityInfo is, per mesh, what locality load balancing may read.
 type localityInfo struct {
-	// services whose load assignments may depend on the proxy.
-	services map[*model.Service]bool
+	// services (by hostname) whose load assignments may depend on the
+	// proxy. Not by pointer: the index lives in the config memo, which a
+	// service's next version with other endpoints shares.
+	services map[string]bool
 	// labels are the failoverPriority label names of every rule and the
 	// mesh setting: the proxy labels load assignments may depend on.
 	labels []string
@@ -100,7 +102,7 @@ var keyLocalityInfo any = memoKey{typeURL: "locality-info"} // per mesh config
 // and the mesh setting is on). Over-approximating costs only sharing.
 func localityInfoOf(m *model.Mesh) *localityInfo {
 	return m.ConfigMemo(keyLocalityInfo, func() any {
-		info := &localityInfo{services: make(map[*model.Service]bool)}
+		info := &localityInfo{services: make(map[string]bool)}
 		addLabels := func(s *networkingv1.LocalityLoadBalancerSetting) {
 			for _, l := range s.GetFailoverPriority() {
 				name, _, _ := strings.Cut(l, "=")
@@ -114,12 +116,12 @@ func localityInfoOf(m *model.Mesh) *localityInfo {
 		all := len(mesh.GetDistribute()) > 0 || mesh != nil && m.TrafficPolicy(nil, 0, "").GetOutlierDetection() != nil
 		for _, svc := range m.Services {
 			if all {
-				info.services[svc] = true
+				info.services[svc.Hostname] = true
 				continue
 			}
 			for _, r := range svc.DestinationRules() {
 				if ruleMayLocalize(r.Spec, addLabels) {
-					info.services[svc] = true
+					info.services[svc.Hostname] = true
 				}
 			}
 		}
@@ -248,7 +250,7 @@ func endpointSetFor(full *model.Mesh, p Proxy) (*Set, error) {
 	return memoSet(full, key, true, func() (*Set, error) {
 		var own []*Resource
 		for _, svc := range full.Services {
-			if !info.services[svc] {
+			if !info.services[svc.Hostname] {
 				continue
 			}
 			dr := full.DestinationRule(p.Namespace, svc)

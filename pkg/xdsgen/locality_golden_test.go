@@ -205,3 +205,37 @@ func TestMeshLocalityLbSetting(t *testing.T) {
 		})
 	}
 }
+
+// TestLocalityAfterEndpointChange: a localized service stays localized in
+// the next mesh when only its endpoints changed (the per-mesh index of
+// such services survives endpoint changes with the config memo).
+func TestLocalityAfterEndpointChange(t *testing.T) {
+	s := manifestStore(t, filepath.Join("testdata", "locality", "locality.yaml"))
+	east := Proxy{Generator: Envoy, Namespace: "app", Locality: model.Locality{Region: "us-east", Zone: "us-east-a", SubZone: "rack1"}}
+	const name = "outbound|80||failover.app.svc.cluster.local"
+	priorities := func() []uint32 {
+		t.Helper()
+		set, err := GenerateFor(s.Snapshot(), east, resource.EndpointType)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []uint32
+		for _, lle := range set.Get(name).Msg.(*endpointv3.ClusterLoadAssignment).GetEndpoints() {
+			out = append(out, lle.GetPriority())
+		}
+		return out
+	}
+	if diff := cmp.Diff([]uint32{3, 0, 1, 2, 4}, priorities()); diff != "" {
+		t.Fatalf("before (-want +got):\n%s", diff)
+	}
+	sl := `{"metadata":{"name":"failover-1","namespace":"app","labels":{"kubernetes.io/service-name":"failover"}},"addressType":"IPv4",
+		"ports":[{"name":"http","port":8080,"protocol":"TCP"}],
+		"endpoints":[{"addresses":["10.1.0.1"],"nodeName":"n-east-a"},{"addresses":["10.1.0.4"],"nodeName":"n-west"}]}`
+	if err := s.Apply(&pb.ChangeRecord{Cluster: "c1", Op: pb.Op_OP_UPDATE, Object: []byte(sl),
+		Ref: &pb.ObjectRef{Group: "discovery.k8s.io", Version: "v1", Kind: "EndpointSlice", Namespace: "app", Name: "failover-1"}}, s.AppliedSeq()+1); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]uint32{0, 1}, priorities()); diff != "" {
+		t.Errorf("after an endpoint change (-want +got):\n%s", diff)
+	}
+}

@@ -242,3 +242,9 @@ func unhex(c byte) int {
 	}
 	return -1
 }
+
+// ChangesKind matches the change subjects of one kind (ref's group and
+// kind) in every cluster and namespace.
+func (n Names) ChangesKind(ref *pb.ObjectRef) string {
+	return n.Prefix + ".changes.*." + EscapeToken(KindToken(ref)) + ".>"
+}

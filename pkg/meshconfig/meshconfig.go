@@ -20,7 +20,9 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
+	networkingv1alpha3 "istio.io/api/networking/v1alpha3"
 	"sigs.k8s.io/yaml"
 )
 
@@ -60,6 +62,10 @@ func defaults() *meshv1alpha1.MeshConfig {
 		DefaultServiceExportTo:         []string{"*"},
 		DefaultVirtualServiceExportTo:  []string{"*"},
 		DefaultDestinationRuleExportTo: []string{"*"},
+		// Istio enables locality load balancing by default; it changes
+		// load assignments only with outlier detection (failover) or a
+		// distribute setting.
+		LocalityLbSetting: &networkingv1alpha3.LocalityLoadBalancerSetting{Enabled: wrapperspb.Bool(true)},
 	}
 }
 
@@ -116,6 +122,14 @@ func (c *MeshConfig) DefaultTrafficPolicy() *meshv1alpha1.MeshConfig_DefaultTraf
 	return c.Proto().GetDefaultTrafficPolicy()
 }
 
+// LocalityLbSetting is the mesh-wide locality load balancing setting
+// (localityLbSetting), used for destinations whose DestinationRule sets
+// none: enabled, without distribute or failover, by default. nil when a
+// config made by [New] sets none.
+func (c *MeshConfig) LocalityLbSetting() *networkingv1alpha3.LocalityLoadBalancerSetting {
+	return c.Proto().GetLocalityLbSetting()
+}
+
 var public = []string{"*"}
 
 func orPublic(v []string) []string {
@@ -148,6 +162,11 @@ func Parse(data []byte) (*MeshConfig, error) {
 			if len(*l.src) > 0 {
 				*l.dst = nil
 			}
+		}
+		if override.LocalityLbSetting != nil {
+			// Replaced whole: a merge would keep the default's
+			// enabled: true under a file's enabled: false.
+			p.LocalityLbSetting = nil
 		}
 		proto.Merge(p, override)
 		// Merging skips zero values, and REGISTRY_ONLY is the enum's zero;

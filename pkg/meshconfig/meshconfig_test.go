@@ -84,3 +84,39 @@ func TestParseFields(t *testing.T) {
 		t.Error("nil mesh config is not the default")
 	}
 }
+
+func TestLocalityLbSetting(t *testing.T) {
+	tests := []struct {
+		name         string
+		yaml         string
+		enabled      bool
+		distribute   int
+		failoverFrom string
+	}{
+		{name: "Istio's default: enabled", yaml: "", enabled: true},
+		{name: "disabled stays disabled", yaml: "localityLbSetting: {enabled: false}\n", enabled: false},
+		{name: "a setting replaces the default whole", yaml: "localityLbSetting:\n  failover: [{from: us-east, to: eu-west}]\n", failoverFrom: "us-east"},
+		{name: "distribute", yaml: "localityLbSetting:\n  enabled: true\n  distribute: [{from: \"*\", to: {\"us-east/*\": 100}}]\n", enabled: true, distribute: 1},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := meshconfig.Parse([]byte(tc.yaml))
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := c.LocalityLbSetting()
+			if s == nil {
+				t.Fatal("no localityLbSetting")
+			}
+			if got := s.GetEnabled().GetValue(); got != tc.enabled {
+				t.Errorf("enabled %v, want %v", got, tc.enabled)
+			}
+			if got := len(s.GetDistribute()); got != tc.distribute {
+				t.Errorf("%d distribute entries, want %d", got, tc.distribute)
+			}
+			if got := s.GetFailover(); tc.failoverFrom != "" && (len(got) != 1 || got[0].GetFrom() != tc.failoverFrom) {
+				t.Errorf("failover %v, want one from %s", got, tc.failoverFrom)
+			}
+		})
+	}
+}

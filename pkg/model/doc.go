@@ -3,7 +3,7 @@
 // A [Store] applies change records (one Kubernetes object each, in
 // change-stream sequence order) from one writer and keeps every object of
 // every kind. Services (core/v1), EndpointSlices (discovery.k8s.io/v1), Pods
-// (their labels and IP), and Istio's DestinationRules, ServiceEntries and
+// (their labels, IP and node), Nodes (their topology labels), and Istio's DestinationRules, ServiceEntries and
 // WorkloadEntries, Sidecars, VirtualServices and Gateways (istio.io/api
 // networking/v1) are decoded; other kinds are
 // only validated.
@@ -30,7 +30,10 @@
 //     targetPort is never used to find endpoint ports.
 //   - Only ready endpoints serve; a nil ready condition means ready.
 //   - Endpoints carry the labels of the Pod their slice entry's targetRef
-//     names; DestinationRule subsets select endpoints by them.
+//     names; DestinationRule subsets select endpoints by them. Their
+//     locality is Istio's: the Pod's locality label, else its Node's
+//     topology labels, else the slice endpoint's zone; a WorkloadEntry's
+//     locality field, else its locality label.
 //   - DestinationRules apply with Istio's precedence ([Mesh.DestinationRule]);
 //     ServiceEntries are services named by their hosts; what is invalid or
 //     conflicting is ignored on its own and listed by [Mesh.Problems].

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
+	networkingv1 "istio.io/api/networking/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 )
@@ -46,7 +47,9 @@ type meshContent struct {
 	scopeSidecar *sidecarScope
 	// defaultPolicy is the mesh config's defaultTrafficPolicy, or nil.
 	defaultPolicy *meshv1alpha1.MeshConfig_DefaultTrafficPolicy
-	memo          memo
+	// localityLB is the mesh config's localityLbSetting, or nil.
+	localityLB *networkingv1.LocalityLoadBalancerSetting
+	memo       memo
 	// config is shared further, by meshes whose services differ at most in
 	// their endpoints.
 	config *memo
@@ -125,8 +128,13 @@ type Endpoint struct {
 	// Port is the endpoint's port: that of the slice port matching the
 	// Service port by name and protocol.
 	Port int32
-	// Zone is endpoints[].zone of the slice, "" when unset.
-	Zone string
+	// Region, Zone and SubZone are the workload's locality ([Locality]):
+	// for a Kubernetes endpoint, its Pod's locality label
+	// (topology.istio.io/locality, istio-locality), else its Node's
+	// topology labels (topology.kubernetes.io/region and zone,
+	// topology.istio.io/subzone), else the slice endpoint's zone; for a
+	// WorkloadEntry its locality field, else its locality label.
+	Region, Zone, SubZone string
 	// NodeName is endpoints[].nodeName of the slice, "" when unset.
 	NodeName string
 	// ClusterID is the cluster the EndpointSlice was observed in.
@@ -135,9 +143,6 @@ type Endpoint struct {
 	// endpoint's targetRef names, of a WorkloadEntry, or of a ServiceEntry
 	// endpoint. Subsets select endpoints by them. Shared, read-only.
 	Labels map[string]string
-	// Region and SubZone complete the locality of WorkloadEntries and
-	// ServiceEntry endpoints (region/zone/subzone); "" for Kubernetes.
-	Region, SubZone string
 	// Weight is the endpoint's load-balancing weight; 0 means 1.
 	Weight uint32
 	// Network is the endpoint's network, "" for the default one.
@@ -339,4 +344,12 @@ func (s *Service) sameConfig(o *Service) bool {
 		return a.Name == b.Name && a.Port == b.Port && a.Protocol == b.Protocol &&
 			a.AppProtocol == b.AppProtocol && a.TargetPort == b.TargetPort
 	})
+}
+
+// LocalityLbSetting is the mesh config's localityLbSetting: the locality
+// load balancing of destinations whose DestinationRule sets none (Istio's
+// default enables it, with no distribute or failover of its own). nil for
+// meshes made by [NewMesh]. Read-only.
+func (m *Mesh) LocalityLbSetting() *networkingv1.LocalityLoadBalancerSetting {
+	return m.content.localityLB
 }

@@ -14,7 +14,7 @@ import (
 // buildService projects the Service objects (by cluster id) and the
 // EndpointSlices joining them onto one mesh service. It returns nil when no
 // cluster holds a Service object.
-func buildService(sk serviceKey, defs map[string]*corev1.Service, sls map[sliceID]*discoveryv1.EndpointSlice, pods map[podKey]*pod, defaultExportTo []string) *Service {
+func buildService(sk serviceKey, defs map[string]*corev1.Service, sls map[sliceID]*discoveryv1.EndpointSlice, pods map[podKey]*pod, nodes map[nodeKey]*node, defaultExportTo []string) *Service {
 	if len(defs) == 0 {
 		return nil
 	}
@@ -60,7 +60,7 @@ func buildService(sk serviceKey, defs map[string]*corev1.Service, sls map[sliceI
 		if slices.ContainsFunc(svc.Ports, func(o *Port) bool { return o.Port == p.Port && o.Protocol == p.Protocol }) {
 			continue // invalid duplicate; the API server rejects these
 		}
-		p.Endpoints = portEndpoints(p, sk.Namespace, ids, sls, pods)
+		p.Endpoints = portEndpoints(p, sk.Namespace, ids, sls, pods, nodes)
 		svc.Ports = append(svc.Ports, p)
 	}
 	slices.SortFunc(svc.Ports, func(a, b *Port) int {
@@ -71,7 +71,7 @@ func buildService(sk serviceKey, defs map[string]*corev1.Service, sls map[sliceI
 
 // portEndpoints returns the ready endpoints of one service port: from each
 // slice, the port with the same name and protocol.
-func portEndpoints(p *Port, ns string, ids []sliceID, sls map[sliceID]*discoveryv1.EndpointSlice, pods map[podKey]*pod) []Endpoint {
+func portEndpoints(p *Port, ns string, ids []sliceID, sls map[sliceID]*discoveryv1.EndpointSlice, pods map[podKey]*pod, nodes map[nodeKey]*node) []Endpoint {
 	var eps []Endpoint
 	for _, id := range ids {
 		sl := sls[id]
@@ -101,15 +101,19 @@ func portEndpoints(p *Port, ns string, ids []sliceID, sls map[sliceID]*discovery
 				continue
 			}
 			var labels map[string]string
+			var pd *pod
 			if ref := ep.TargetRef; ref != nil {
-				if pd := pods[podKey{Cluster: id.Cluster, Namespace: cmp.Or(ref.Namespace, ns), Name: ref.Name}]; pd != nil {
+				if pd = pods[podKey{Cluster: id.Cluster, Namespace: cmp.Or(ref.Namespace, ns), Name: ref.Name}]; pd != nil {
 					labels = pd.labels
 				}
 			}
+			loc := workloadLocality(pd, id.Cluster, deref(ep.NodeName), deref(ep.Zone), nodes)
 			eps = append(eps, Endpoint{
 				Address:   addr,
 				Port:      *port,
-				Zone:      deref(ep.Zone),
+				Region:    loc.Region,
+				Zone:      loc.Zone,
+				SubZone:   loc.SubZone,
 				NodeName:  deref(ep.NodeName),
 				ClusterID: id.Cluster,
 				Labels:    labels,

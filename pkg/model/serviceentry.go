@@ -31,6 +31,7 @@ type entrySources struct {
 	entries   []*storedEntry
 	workloads []*storedWorkload // sorted by key
 	pods      map[podKey]*pod
+	nodes     map[nodeKey]*node
 	// taken reports whether a Kubernetes Service has the hostname.
 	taken           func(host string) bool
 	defaultExportTo []string
@@ -196,13 +197,17 @@ func entryEndpoints(se *storedEntry, src entrySources, host string, res Resoluti
 			}
 			addr = ip
 		}
-		region, zone, subZone := splitLocality(we.GetLocality())
+		// Istio: the locality field, else the workload's locality label.
+		loc := ParseLocality(we.GetLocality())
+		if we.GetLocality() == "" {
+			loc, _ = labelLocality(we.GetLabels())
+		}
 		eps = append(eps, Endpoint{
 			Address:   addr,
 			Port:      portFor(we.GetPorts()),
-			Zone:      zone,
-			Region:    region,
-			SubZone:   subZone,
+			Zone:      loc.Zone,
+			Region:    loc.Region,
+			SubZone:   loc.SubZone,
 			ClusterID: cluster,
 			Labels:    we.GetLabels(),
 			Weight:    we.GetWeight(),
@@ -224,7 +229,9 @@ func entryEndpoints(se *storedEntry, src entrySources, host string, res Resoluti
 		for _, pk := range slices.SortedFunc(maps.Keys(src.pods), comparePodKeys) {
 			pd := src.pods[pk]
 			if pk.Namespace == se.key.Namespace && pd.ip != "" && selects(sel, pd.labels) {
-				eps = append(eps, Endpoint{Address: pd.ip, Port: portFor(nil), ClusterID: pk.Cluster, Labels: pd.labels})
+				loc := workloadLocality(pd, pk.Cluster, "", "", src.nodes)
+				eps = append(eps, Endpoint{Address: pd.ip, Port: portFor(nil), ClusterID: pk.Cluster, Labels: pd.labels,
+					Region: loc.Region, Zone: loc.Zone, SubZone: loc.SubZone, NodeName: pd.nodeName})
 			}
 		}
 	case res == DNSLB || res == DNSRoundRobinLB:

@@ -124,7 +124,7 @@ func (s *Store) rebuild() *Mesh {
 			old = nil // a ServiceEntry had the host: it is reported below
 			s.entriesDirty = true
 		}
-		next := buildService(sk, s.services[sk], s.slices[sk], s.pods, defaultExportTo)
+		next := buildService(sk, s.services[sk], s.slices[sk], s.pods, s.nodes, defaultExportTo)
 		if next != nil {
 			next.rules = s.ruleIdx.forService(next.Hostname, next.Namespace)
 		}
@@ -171,7 +171,7 @@ func (s *Store) rebuild() *Mesh {
 	}
 	return &Mesh{Seq: s.applied, Services: services, content: &meshContent{
 		byHost: byHost, config: config, rules: s.ruleIdx, routes: s.routeIdx, problems: problems,
-		defaultPolicy: s.meshCfg.DefaultTrafficPolicy(), sidecars: s.sidecarIdx,
+		defaultPolicy: s.meshCfg.DefaultTrafficPolicy(), sidecars: s.sidecarIdx, localityLB: s.meshCfg.LocalityLbSetting(),
 	}}
 }
 
@@ -186,6 +186,7 @@ func (s *Store) rebuildEntries(r *rebuildState) {
 		entries:   slices.Collect(maps.Values(s.entries)),
 		workloads: workloads,
 		pods:      s.pods,
+		nodes:     s.nodes,
 		taken: func(host string) bool {
 			svc := r.current()[host]
 			return svc != nil && svc.Registry == Kubernetes

@@ -45,6 +45,8 @@ type Store struct {
 	sliceOwner map[ObjectKey]serviceKey                              // the service a stored slice joins
 	pods       map[podKey]*pod
 	podUsers   podUsers // services whose slices name the pod, how many times
+	nodes      map[nodeKey]*node
+	nodeUsers  map[nodeKey]map[serviceKey]int // services whose slice endpoints name the node
 
 	// Istio config, rebuilt as a whole when any of it changes.
 	rules     map[ObjectKey]*storedRule
@@ -90,6 +92,7 @@ type entry struct {
 	svc                  *corev1.Service
 	slice                *discoveryv1.EndpointSlice
 	pod                  *pod
+	node                 *node
 	rule                 *storedRule
 	se                   *storedEntry
 	we                   *storedWorkload
@@ -118,6 +121,8 @@ func NewStore(opts ...Option) *Store {
 		sliceOwner:      make(map[ObjectKey]serviceKey),
 		pods:            make(map[podKey]*pod),
 		podUsers:        make(podUsers),
+		nodes:           make(map[nodeKey]*node),
+		nodeUsers:       make(map[nodeKey]map[serviceKey]int),
 		rules:           make(map[ObjectKey]*storedRule),
 		entries:         make(map[ObjectKey]*storedEntry),
 		workloads:       make(map[ObjectKey]*storedWorkload),
@@ -138,6 +143,7 @@ func NewStore(opts ...Option) *Store {
 	empty.content.rules = s.ruleIdx
 	empty.content.routes = s.routeIdx
 	empty.content.defaultPolicy = s.meshCfg.DefaultTrafficPolicy()
+	empty.content.localityLB = s.meshCfg.LocalityLbSetting()
 	return s
 }
 
@@ -192,7 +198,7 @@ func (s *Store) apply(rec *pb.ChangeRecord, seq uint64) error {
 			s.problemsDirty = true
 		}
 		e.uid, e.resourceVersion, e.seq = rec.GetUid(), rec.GetResourceVersion(), seq
-		if old := s.objects[key]; old != nil && e.pod != nil && samePod(old.pod, e.pod) {
+		if old := s.objects[key]; old != nil && (e.pod != nil && samePod(old.pod, e.pod) || e.node != nil && old.node != nil && *old.node == *e.node) {
 			// Status churn: nothing the mesh reads changed.
 			old.uid, old.resourceVersion, old.seq = e.uid, e.resourceVersion, e.seq
 			return nil
@@ -249,6 +255,12 @@ func decode(key ObjectKey, raw []byte) (*entry, error) {
 			return nil, err
 		}
 		return &entry{pod: p}, nil
+	case key.isNode():
+		n, err := decodeNode(raw)
+		if err != nil {
+			return nil, err
+		}
+		return &entry{node: n}, nil
 	case key.isNetworking(KindDestinationRule):
 		spec := &networkingv1.DestinationRule{}
 		created, err := decodeIstio(raw, spec)
@@ -316,6 +328,10 @@ func (s *Store) insert(key ObjectKey, e *entry) {
 		pk := podKey{Cluster: key.Cluster, Namespace: key.Namespace, Name: key.Name}
 		s.pods[pk] = e.pod
 		s.podChanged(pk)
+	case e.node != nil:
+		nk := nodeKey{Cluster: key.Cluster, Name: key.Name}
+		s.nodes[nk] = e.node
+		s.nodeChanged(nk)
 	case e.rule != nil:
 		s.rules[key] = e.rule
 		s.rulesDirty = true
@@ -340,10 +356,13 @@ func (s *Store) insert(key ObjectKey, e *entry) {
 	}
 }
 
-// countPodUsers adds delta to the count of each pod the slice's endpoints
-// name, for service sk.
+// countPodUsers adds delta to the count of each pod and node the slice's
+// endpoints name, for service sk.
 func (s *Store) countPodUsers(key ObjectKey, sl *discoveryv1.EndpointSlice, sk serviceKey, delta int) {
 	for _, ep := range sl.Endpoints {
+		if n := deref(ep.NodeName); n != "" {
+			countUser(s.nodeUsers, nodeKey{Cluster: key.Cluster, Name: n}, sk, delta)
+		}
 		ref := ep.TargetRef
 		if ref == nil {
 			continue
@@ -399,6 +418,10 @@ func (s *Store) remove(key ObjectKey) {
 		pk := podKey{Cluster: key.Cluster, Namespace: key.Namespace, Name: key.Name}
 		delete(s.pods, pk)
 		s.podChanged(pk)
+	case e.node != nil:
+		nk := nodeKey{Cluster: key.Cluster, Name: key.Name}
+		delete(s.nodes, nk)
+		s.nodeChanged(nk)
 	case e.rule != nil:
 		delete(s.rules, key)
 		s.rulesDirty = true
@@ -452,4 +475,20 @@ func (s *Store) Len() int {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	return len(s.objects)
+}
+
+// countUser adds delta to the count of users[k][sk], dropping what falls
+// to zero.
+func countUser[K comparable](users map[K]map[serviceKey]int, k K, sk serviceKey, delta int) {
+	m := users[k]
+	if m == nil {
+		m = make(map[serviceKey]int)
+		users[k] = m
+	}
+	if m[sk] += delta; m[sk] <= 0 {
+		delete(m, sk)
+		if len(m) == 0 {
+			delete(users, k)
+		}
+	}
 }

@@ -371,6 +371,8 @@ func FuzzApply(f *testing.F) {
 	f.Add("discovery.k8s.io", "EndpointSlice", []byte(`{"metadata":{"labels":{"kubernetes.io/service-name":"web"}},"addressType":"IPv4","ports":[{"name":"http","port":8080}],"endpoints":[{"addresses":["10.1.0.1"]}]}`), int32(1))
 	f.Add("discovery.k8s.io", "EndpointSlice", []byte(`{"metadata":{"labels":{"kubernetes.io/service-name":"web"}},"addressType":"IPv6","ports":[{"port":-1}],"endpoints":[{"addresses":["fe80::1%eth0"]}]}`), int32(3))
 	f.Add("", "ConfigMap", []byte(`{"data":{}}`), int32(2))
+	f.Add("", "Node", []byte(`{"metadata":{"labels":{"topology.kubernetes.io/region":"r","topology.kubernetes.io/zone":"z"}}}`), int32(1))
+	f.Add("", "Pod", []byte(`{"metadata":{"labels":{"istio-locality":"r.z.s"}},"spec":{"nodeName":"n1"},"status":{"podIP":"10.1.0.1"}}`), int32(2))
 	f.Fuzz(func(t *testing.T, group, kind string, obj []byte, op int32) {
 		s := NewStore()
 		applyAll(t, s, add("c1", service("shop", "web", "10.0.0.1", svcPort{name: "http", port: 80})))

@@ -7,11 +7,13 @@ import (
 )
 
 // pod is what the mesh reads of a Pod: its labels (subsets select the
-// endpoints of its EndpointSlice entries by them) and its IP (a
-// ServiceEntry's workloadSelector makes it an endpoint).
+// endpoints of its EndpointSlice entries by them), its IP (a
+// ServiceEntry's workloadSelector makes it an endpoint) and its node
+// (whose labels give its locality unless its own labels do).
 type pod struct {
-	labels map[string]string
-	ip     string
+	labels   map[string]string
+	ip       string
+	nodeName string
 }
 
 func decodePod(raw []byte) (*pod, error) {
@@ -19,6 +21,9 @@ func decodePod(raw []byte) (*pod, error) {
 		Metadata struct {
 			Labels map[string]string `json:"labels"`
 		} `json:"metadata"`
+		Spec struct {
+			NodeName string `json:"nodeName"`
+		} `json:"spec"`
 		Status struct {
 			PodIP      string `json:"podIP"`
 			Conditions []struct {
@@ -30,12 +35,12 @@ func decodePod(raw []byte) (*pod, error) {
 	if err := json.Unmarshal(raw, &v); err != nil {
 		return nil, fmt.Errorf("decode Pod: %w", err)
 	}
-	return &pod{labels: v.Metadata.Labels, ip: canonicalIP(v.Status.PodIP)}, nil
+	return &pod{labels: v.Metadata.Labels, ip: canonicalIP(v.Status.PodIP), nodeName: v.Spec.NodeName}, nil
 }
 
 // samePod reports whether two versions of a pod read the same to the mesh.
 func samePod(a, b *pod) bool {
-	return a != nil && b != nil && a.ip == b.ip && maps.Equal(a.labels, b.labels)
+	return a != nil && b != nil && a.ip == b.ip && a.nodeName == b.nodeName && maps.Equal(a.labels, b.labels)
 }
 
 // selects reports whether every label of selector is in labels.

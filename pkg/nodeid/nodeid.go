@@ -11,6 +11,7 @@ import (
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 
 	"github.com/pilotwire/pilotwire/pkg/meshconfig"
+	"github.com/pilotwire/pilotwire/pkg/model"
 	"github.com/pilotwire/pilotwire/pkg/xdsgen"
 )
 
@@ -41,6 +42,9 @@ type Proxy struct {
 	// Labels are the workload's labels, node metadata LABELS (nil
 	// without): Sidecars and DestinationRules select proxies by them.
 	Labels map[string]string
+	// Locality is the node's locality (core.Node.locality), empty when
+	// the node sets none (generation then takes its workload's).
+	Locality model.Locality
 }
 
 // Parse reads an Istio-style node: id "<type>~<ip>~<pod>.<ns>~<ns>.svc.<domain>"
@@ -66,6 +70,9 @@ func Parse(n *core.Node) (*Proxy, error) {
 				p.Namespace = ns
 			}
 		}
+	}
+	if l := n.GetLocality(); l != nil {
+		p.Locality = model.Locality{Region: l.GetRegion(), Zone: l.GetZone(), SubZone: l.GetSubZone()}
 	}
 	md := n.GetMetadata().GetFields()
 	p.Version = md["ISTIO_VERSION"].GetStringValue()
@@ -95,10 +102,10 @@ func Parse(n *core.Node) (*Proxy, error) {
 	return p, nil
 }
 
-// XDS is what generation reads of p (type, pod IP, namespace, labels), with the
-// mesh config mc (nil: Istio's defaults).
+// XDS is what generation reads of p (type, pod IP, namespace, labels,
+// locality, cluster), with the mesh config mc (nil: Istio's defaults).
 func (p *Proxy) XDS(mc *meshconfig.MeshConfig) xdsgen.Proxy {
-	xp := xdsgen.Proxy{Generator: xdsgen.Envoy, IP: p.IP, Namespace: p.Namespace, Mesh: mc, Labels: p.Labels}
+	xp := xdsgen.Proxy{Generator: xdsgen.Envoy, IP: p.IP, Namespace: p.Namespace, Mesh: mc, Labels: p.Labels, Locality: p.Locality, ClusterID: p.ClusterID}
 	if p.Generator == GeneratorGRPC {
 		xp.Generator = xdsgen.GRPC
 	}

@@ -19,9 +19,12 @@
 //
 // Output depends on the proxy ([Proxy], [GenerateFor]) only where Istio's
 // does: its inbound side (the ports its pod serves, found by its IP among
-// the endpoints), its namespace (short host names) and the mesh config
-// (outbound traffic policy). Such sets are memoised per distinct input, so
-// pods backing the same services share them.
+// the endpoints), its namespace (short host names), the mesh config
+// (outbound traffic policy) and, for load assignments of services a
+// localityLbSetting applies to, its locality and the labels
+// failoverPriority compares (locality.go). Such sets are memoised per
+// distinct input, so pods backing the same services, or in the same
+// locality, share them.
 //
 // Naming follows Istio: clusters and load assignments
 // outbound|<port>||<host>, inbound|<targetPort>||, PassthroughCluster,

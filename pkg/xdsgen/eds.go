@@ -18,30 +18,25 @@ func endpointSet(m *model.Mesh) (*Set, error) {
 
 // loadAssignments returns one ClusterLoadAssignment per served port, and
 // one per port and subset some DestinationRule for the service defines:
-// the endpoints carrying every label of the subset. Load assignments are
-// shared by every proxy, so a subset name two rules define (for proxies in
-// different namespaces) takes the labels of the first (see
-// [model.Service.Subset]).
+// the endpoints carrying every label of the subset. These are shared by
+// every proxy (see locality.go for those a proxy's locality changes), so a
+// subset name two rules define (for proxies in different namespaces)
+// takes the labels of the first (see [model.Service.Subset]).
 func loadAssignments(svc *model.Service) ([]*Resource, error) {
 	var out []*Resource
 	subsets := svc.Subsets()
 	err := meshPorts(svc, func(p *model.Port, _ protocol) error {
 		name := clusterName(svc, p)
-		r, err := newResource(name, loadAssignment(name, p.Endpoints))
+		cla, _ := groupLocalities(name, p.Endpoints, false)
+		r, err := newResource(name, cla)
 		if err != nil {
 			return err
 		}
 		out = append(out, r)
 		for _, subset := range subsets {
-			labels := svc.Subset(subset).GetLabels()
-			var eps []model.Endpoint
-			for i := range p.Endpoints {
-				if p.Endpoints[i].SelectedBy(labels) {
-					eps = append(eps, p.Endpoints[i])
-				}
-			}
 			name := model.OutboundClusterName(p.Port, subset, svc.Hostname)
-			r, err := newResource(name, loadAssignment(name, eps))
+			cla, _ := groupLocalities(name, subsetEndpoints(p.Endpoints, svc.Subset(subset).GetLabels()), false)
+			r, err := newResource(name, cla)
 			if err != nil {
 				return err
 			}
@@ -52,54 +47,83 @@ func loadAssignments(svc *model.Service) ([]*Resource, error) {
 	return out, err
 }
 
+// subsetEndpoints are the endpoints carrying every label of a subset.
+func subsetEndpoints(all []model.Endpoint, labels map[string]string) []model.Endpoint {
+	var eps []model.Endpoint
+	for i := range all {
+		if all[i].SelectedBy(labels) {
+			eps = append(eps, all[i])
+		}
+	}
+	return eps
+}
+
 // endpointWeight is every endpoint's weight. Shared, read-only.
 var endpointWeight = wrapperspb.UInt32(1)
 
-// loadAssignment groups endpoints by locality. A locality here is the zone
-// only (region and sub-zone are not known from an EndpointSlice): it is a
-// place, and endpoints of several clusters in one zone are one locality, as
-// in Istio. Clients need this: gRPC rejects duplicate localities and finds no
-// target in a locality without an id or weight, so every locality gets a
-// Locality (possibly all-empty) and a weight equal to its endpoint count,
-// which spreads load evenly per endpoint under gRPC's weighted-target policy.
-// Localities are sorted by zone; endpoints keep the model's order.
-func loadAssignment(name string, eps []model.Endpoint) *endpointv3.ClusterLoadAssignment {
+// localityGroup is one locality of a load assignment and the endpoints
+// behind its LbEndpoints (in the same order).
+type localityGroup struct {
+	lle *endpointv3.LocalityLbEndpoints
+	eps []model.Endpoint
+}
+
+// groupLocalities builds a load assignment, its endpoints grouped by
+// locality (region/zone/subzone: [model.Endpoint.Locality]) as Istio's
+// endpoint builder does: a locality is a place, and endpoints of several
+// clusters in one place are one locality. Clients need this: gRPC rejects
+// duplicate localities and finds no target in a locality without an id or
+// weight, so every locality gets a Locality (possibly all-empty) and a
+// weight equal to the sum of its endpoints' weights, which spreads load
+// evenly per endpoint under gRPC's weighted-target policy. Localities are
+// sorted by region, zone and subzone, all at priority 0; endpoints keep
+// the model's order. The result is new: callers may change it. With keep,
+// each group also lists its endpoints (failoverPriority reads them).
+func groupLocalities(name string, eps []model.Endpoint, keep bool) (*endpointv3.ClusterLoadAssignment, []localityGroup) {
 	cla := &endpointv3.ClusterLoadAssignment{ClusterName: name}
 	if len(eps) == 0 {
-		return cla
+		return cla, nil
 	}
-	type locality struct{ region, zone, subZone string }
-	byLocality := make(map[locality]*endpointv3.LocalityLbEndpoints)
-	weights := make(map[*endpointv3.LocalityLbEndpoints]uint32)
+	byLocality := make(map[model.Locality]int)
+	var groups []localityGroup
 	for _, ep := range eps {
-		key := locality{ep.Region, ep.Zone, ep.SubZone}
-		loc := byLocality[key]
-		if loc == nil {
-			loc = &endpointv3.LocalityLbEndpoints{Locality: &corev3.Locality{Region: ep.Region, Zone: ep.Zone, SubZone: ep.SubZone}}
-			byLocality[key] = loc
-			cla.Endpoints = append(cla.Endpoints, loc)
+		key := ep.Locality()
+		i, ok := byLocality[key]
+		if !ok {
+			i = len(cla.Endpoints)
+			byLocality[key] = i
+			cla.Endpoints = append(cla.Endpoints, &endpointv3.LocalityLbEndpoints{
+				Locality:            &corev3.Locality{Region: ep.Region, Zone: ep.Zone, SubZone: ep.SubZone},
+				LoadBalancingWeight: wrapperspb.UInt32(0),
+			})
+			if keep {
+				groups = append(groups, localityGroup{lle: cla.Endpoints[i]})
+			}
 		}
+		lle := cla.Endpoints[i]
 		weight := endpointWeight
 		if ep.Weight > 1 {
 			weight = wrapperspb.UInt32(ep.Weight)
 		}
-		weights[loc] += max(ep.Weight, 1)
-		loc.LbEndpoints = append(loc.LbEndpoints, &endpointv3.LbEndpoint{
+		lle.LoadBalancingWeight.Value += max(ep.Weight, 1)
+		lle.LbEndpoints = append(lle.LbEndpoints, &endpointv3.LbEndpoint{
 			HostIdentifier: &endpointv3.LbEndpoint_Endpoint{Endpoint: &endpointv3.Endpoint{
 				Address: socketAddress(ep.Address, ep.Port),
 			}},
 			HealthStatus:        corev3.HealthStatus_HEALTHY,
 			LoadBalancingWeight: weight,
 		})
+		if keep {
+			groups[i].eps = append(groups[i].eps, ep)
+		}
 	}
-	for _, loc := range cla.Endpoints {
-		loc.LoadBalancingWeight = wrapperspb.UInt32(weights[loc])
+	byPlace := func(a, b *endpointv3.LocalityLbEndpoints) int {
+		x, y := a.Locality, b.Locality
+		return cmp.Or(cmp.Compare(x.Region, y.Region), cmp.Compare(x.Zone, y.Zone), cmp.Compare(x.SubZone, y.SubZone))
 	}
-	slices.SortFunc(cla.Endpoints, func(a, b *endpointv3.LocalityLbEndpoints) int {
-		return cmp.Or(cmp.Compare(a.Locality.Region, b.Locality.Region), cmp.Compare(a.Locality.Zone, b.Locality.Zone),
-			cmp.Compare(a.Locality.SubZone, b.Locality.SubZone))
-	})
-	return cla
+	slices.SortFunc(cla.Endpoints, byPlace)
+	slices.SortFunc(groups, func(a, b localityGroup) int { return byPlace(a.lle, b.lle) })
+	return cla, groups
 }
 
 func socketAddress(ip string, port int32) *corev3.Address {

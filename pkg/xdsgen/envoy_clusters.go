@@ -91,6 +91,9 @@ func envoyClusters(m *model.Mesh, svc *model.Service, dr *model.DestinationRule)
 			if dr != nil || m.HasDefaultTrafficPolicy() {
 				envoyTrafficPolicy(c, m.TrafficPolicy(dr, p.Port, subset), proto)
 			}
+			if usesEDS(svc) {
+				applyLocalityLbConfig(m, c, m.TrafficPolicy(dr, p.Port, subset))
+			}
 			r, err := newResource(name, c)
 			if err != nil {
 				return err
@@ -137,8 +140,8 @@ func dnsEndpointsCluster(name string, eps []model.Endpoint) *clusterv3.Cluster {
 		ConnectTimeout:       durationpb.New(ConnectTimeout),
 		LbPolicy:             clusterv3.Cluster_LEAST_REQUEST,
 		DnsLookupFamily:      clusterv3.Cluster_V4_ONLY,
-		LoadAssignment:       loadAssignment(name, eps),
 	}
+	c.LoadAssignment, _ = groupLocalities(name, eps, false)
 	return c
 }
 

@@ -67,13 +67,13 @@ func TestGoldenIstio(t *testing.T) {
 
 // manifestStore applies the objects of a multi-document YAML file, in
 // order, as change records of cluster c1.
-func manifestStore(t testing.TB, path string) *model.Store {
+func manifestStore(t testing.TB, path string, opts ...model.Option) *model.Store {
 	t.Helper()
 	data, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := model.NewStore()
+	s := model.NewStore(opts...)
 	for i, doc := range strings.Split(string(data), "\n---\n") {
 		js, err := yaml.YAMLToJSON([]byte(doc))
 		if err != nil {

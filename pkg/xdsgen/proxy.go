@@ -45,10 +45,18 @@ type Proxy struct {
 	Mesh *meshconfig.MeshConfig
 	// Labels are the workload's labels (node metadata LABELS): the
 	// Sidecar and the DestinationRules with a workloadSelector that apply
-	// to it select it by them, and VirtualService sourceLabels and Gateway
-	// selectors match them; for those two only, nil finds them on the
+	// to it select it by them, and VirtualService sourceLabels, Gateway
+	// selectors and failoverPriority match them; for those three only, nil
+	// finds them on the
 	// endpoints with address IP.
 	Labels map[string]string
+	// Locality is the proxy's locality (the xDS node's), which locality
+	// load balancing orders endpoints by; empty finds it on the endpoints
+	// with address IP, as Istio does.
+	Locality model.Locality
+	// ClusterID is the proxy's cluster (node metadata CLUSTER_ID), the
+	// topology.istio.io/cluster label failoverPriority may compare.
+	ClusterID string
 }
 
 // workloadLabels are p's labels: its own, else those of an endpoint with
@@ -113,7 +121,7 @@ func generateFor(full *model.Mesh, p Proxy, typeURL string) (*Set, error) {
 	inboundFor := func(_ *model.Mesh, ip string) *inbound { return inboundFor(full, ip) }
 	switch {
 	case typeURL == resource.EndpointType:
-		return memoSet(full, keyEDS, true, func() (*Set, error) { return endpointSet(full) })
+		return endpointSetFor(full, p)
 	case p.Generator == GRPC && typeURL == resource.ClusterType:
 		key := proxyKey{gen: GRPC, typeURL: typeURL, rules: m.DestinationRuleView(p.Namespace)}
 		return memoSet(m, key, false, func() (*Set, error) { return grpcClusterSet(m, p.Namespace) })
@@ -295,10 +303,15 @@ func servedPorts(svc *model.Service, fn func(p *model.Port, proto protocol) erro
 	return nil
 }
 
+// usesEDS reports whether the service's endpoints go over EDS.
+func usesEDS(svc *model.Service) bool {
+	return svc.ExternalName == "" && svc.Resolution != model.DNSLB && svc.Resolution != model.DNSRoundRobinLB
+}
+
 // meshPorts calls fn for the served ports of services whose endpoints go
 // over EDS: not ExternalName, not resolved by DNS.
 func meshPorts(svc *model.Service, fn func(p *model.Port, proto protocol) error) error {
-	if svc.ExternalName != "" || svc.Resolution == model.DNSLB || svc.Resolution == model.DNSRoundRobinLB {
+	if !usesEDS(svc) {
 		return nil
 	}
 	return servedPorts(svc, fn)

@@ -53,6 +53,11 @@ type Config struct {
 	// object's superseded versions) are purged once a snapshot covers them
 	// (--snapshot-retention, env PILOTWIRE_SNAPSHOT_RETENTION, default 72h).
 	SnapshotRetention time.Duration
+	// IndexRebuildMax bounds the records (the last EndpointSlice and Pod
+	// records) a new active term reads to rebuild its pod → service index
+	// (--index-rebuild-max, env PILOTWIRE_DEBOUNCE_INDEX_REBUILD_MAX,
+	// default 500000).
+	IndexRebuildMax int
 
 	hooks *testHooks // tests only
 }
@@ -69,6 +74,7 @@ func DefaultConfig() Config {
 
 		SnapshotInterval:  snapshot.DefaultInterval,
 		SnapshotRetention: snapshot.DefaultRetention,
+		IndexRebuildMax:   DefaultIndexRebuildMax,
 	}
 }
 
@@ -85,6 +91,7 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&c.MaxRequestBytes, "max-request-bytes", svc.EnvInt("PILOTWIRE_DEBOUNCE_MAX_REQUEST_BYTES", d.MaxRequestBytes), "a PushRequest larger than this drops its config keys and becomes a full push (env PILOTWIRE_DEBOUNCE_MAX_REQUEST_BYTES)")
 	fs.DurationVar(&c.SnapshotInterval, "snapshot-interval", svc.EnvDuration("PILOTWIRE_SNAPSHOT_INTERVAL", d.SnapshotInterval), "write a snapshot of the change stream's live objects and compact the stream this often; negative disables both (env PILOTWIRE_SNAPSHOT_INTERVAL)")
 	fs.DurationVar(&c.SnapshotRetention, "snapshot-retention", svc.EnvDuration("PILOTWIRE_SNAPSHOT_RETENTION", d.SnapshotRetention), "keep the change history exact this far back; older records no live object needs are purged (env PILOTWIRE_SNAPSHOT_RETENTION)")
+	fs.IntVar(&c.IndexRebuildMax, "index-rebuild-max", svc.EnvInt("PILOTWIRE_DEBOUNCE_INDEX_REBUILD_MAX", d.IndexRebuildMax), "at the start of a term, read at most this many EndpointSlice and Pod records to rebuild the pod to service index (env PILOTWIRE_DEBOUNCE_INDEX_REBUILD_MAX)")
 	fs.StringVar(&c.ID, "id", svc.EnvString("PILOTWIRE_INSTANCE_ID", d.ID), "unique id of this instance in the lease (env PILOTWIRE_INSTANCE_ID; default debouncer-<hostname>-<random>)")
 	fs.DurationVar(&c.LeaseTTL, "lease-ttl", svc.EnvDuration("PILOTWIRE_LEASE_TTL", d.LeaseTTL), "a standby takes over when the active instance has not renewed its lease for this long (env PILOTWIRE_LEASE_TTL)")
 }
@@ -106,6 +113,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.SnapshotInterval == 0 {
 		c.SnapshotInterval = d.SnapshotInterval
+	}
+	if c.IndexRebuildMax <= 0 {
+		c.IndexRebuildMax = d.IndexRebuildMax
 	}
 	if c.SnapshotRetention <= 0 {
 		c.SnapshotRetention = d.SnapshotRetention

@@ -66,8 +66,20 @@ func toEvent(data []byte, seq uint64, idx *endpointIndex) (debounce.Event, error
 		}
 		return ev, nil
 	case ref.GetGroup() == "" && ref.GetKind() == "Node":
+		// A proxy update too, but a Node's topology labels are the
+		// locality of the endpoints on it: a change of them is an
+		// endpoint push of the services with endpoints there.
 		ev.Full = false
 		ev.Reason = ReasonProxy
+		svcs := idx.nodeChange(rec.GetCluster(), ref.GetName(), nodeTopology(rec.GetObject()), rec.GetOp() == pb.Op_OP_DELETE)
+		if len(svcs) > 0 {
+			ev.Reason = ReasonEndpoint
+		}
+		ev.ConfigKeys = []debounce.ConfigKey{key}
+		for _, s := range svcs {
+			ev.ConfigKeys = append(ev.ConfigKeys, debounce.ConfigKey{Kind: "Service", Namespace: s.ns, Name: s.name, Cluster: s.cluster})
+		}
+		return ev, nil
 	case ref.GetGroup() == "" && ref.GetKind() == "Namespace":
 		ev.Reason = ReasonProxy
 	}
@@ -80,6 +92,33 @@ type slice struct {
 	service string   // kubernetes.io/service-name
 	ports   string   // canonical signature of its ports
 	pods    []string // the pods its endpoints' targetRefs name, as namespace/name
+	nodes   []string // its endpoints' nodeNames
+}
+
+// topologyLabels are the Node labels that give a locality (the model's
+// locality.go reads the same).
+var topologyLabels = []string{
+	"topology.kubernetes.io/region", "topology.kubernetes.io/zone", "topology.istio.io/subzone",
+	"failure-domain.beta.kubernetes.io/region", "failure-domain.beta.kubernetes.io/zone",
+}
+
+// nodeTopology is a canonical form of a Node's topology labels.
+func nodeTopology(obj []byte) string {
+	var o struct {
+		Metadata struct {
+			Labels map[string]string `json:"labels"`
+		} `json:"metadata"`
+	}
+	if len(obj) == 0 || json.Unmarshal(obj, &o) != nil {
+		return ""
+	}
+	var b strings.Builder
+	for _, k := range topologyLabels {
+		if v, ok := o.Metadata.Labels[k]; ok {
+			b.WriteString(k + "=" + v + ",")
+		}
+	}
+	return b.String()
 }
 
 // podLabels is a canonical form of a pod's labels.
@@ -116,6 +155,7 @@ func parseSlice(obj []byte) slice {
 				Namespace string `json:"namespace"`
 				Name      string `json:"name"`
 			} `json:"targetRef"`
+			NodeName string `json:"nodeName"`
 		} `json:"endpoints"`
 	}
 	if len(obj) == 0 || json.Unmarshal(obj, &o) != nil {
@@ -136,34 +176,43 @@ func parseSlice(obj []byte) slice {
 		ps = append(ps, fmt.Sprintf("%s/%s/%d", name, proto, port))
 	}
 	slices.Sort(ps)
-	var pods []string
+	var pods, nodes []string
 	for _, e := range o.Endpoints {
 		if r := e.TargetRef; r != nil && r.Kind == "Pod" && r.Name != "" {
 			pods = append(pods, r.Namespace+"/"+r.Name)
 		}
+		if e.NodeName != "" {
+			nodes = append(nodes, e.NodeName)
+		}
 	}
-	return slice{service: o.Metadata.Labels[serviceNameLabel], ports: strings.Join(ps, ","), pods: pods}
+	return slice{service: o.Metadata.Labels[serviceNameLabel], ports: strings.Join(ps, ","), pods: pods, nodes: nodes}
 }
 
 // endpointIndex remembers which EndpointSlices each service has and their
 // ports, to tell, as Istio does, an endpoint change that needs a full push
 // (the service's first endpoints, its last endpoints gone, or changed
-// ports) from one that only changes load assignments. It starts empty after
-// a restart, so the first change of each service is treated as full:
-// conservative, never a missed full push.
+// ports) from one that only changes load assignments.
 //
 // It also remembers which services' slices name each pod, and each pod's
 // labels, so that a pod label change becomes an endpoint push of those
-// services. A pod whose services are not known yet (no slice naming it was
-// seen since the debouncer started) gets no push: its services' next slice
-// change carries the labels.
+// services. Each active term rebuilds it from the last EndpointSlice and
+// Pod records at the floor it resumes from (podindex.go); a slice the
+// rebuild did not read (past its bound) makes its service's first change
+// full (conservative, never a missed full push), and a pod whose services
+// are not known gets no push: its services' next slice change carries the
+// labels. Nodes likewise: a change of a Node's topology labels (the
+// locality of its endpoints) is an endpoint push of the services whose
+// slices have endpoints on it.
 type endpointIndex struct {
 	slices    map[sliceID]slice
 	services  map[svcID]int           // number of slices
 	podUsers  map[podID]map[svcID]int // services whose slices name the pod
 	podLabels map[podID]string        // canonical labels, as last seen
+	nodeUsers map[podID]map[svcID]int // services with endpoints on the node (ns "")
+	nodeTopo  map[podID]string        // canonical topology labels, as last seen
 }
 
+// podID names a pod, or a node with ns "".
 type podID struct{ cluster, ns, name string }
 
 type sliceID struct{ cluster, ns, name string }
@@ -171,7 +220,34 @@ type svcID struct{ cluster, ns, name string }
 
 func newEndpointIndex() *endpointIndex {
 	return &endpointIndex{slices: make(map[sliceID]slice), services: make(map[svcID]int),
-		podUsers: make(map[podID]map[svcID]int), podLabels: make(map[podID]string)}
+		podUsers: make(map[podID]map[svcID]int), podLabels: make(map[podID]string),
+		nodeUsers: make(map[podID]map[svcID]int), nodeTopo: make(map[podID]string)}
+}
+
+// nodeChange records a node's topology labels and returns the services
+// whose endpoints on it change locality: those with endpoints there, when
+// the labels changed (or were not known).
+func (x *endpointIndex) nodeChange(cluster, name, topology string, deleted bool) []svcID {
+	id := podID{cluster, "", name}
+	old, known := x.nodeTopo[id]
+	if deleted {
+		delete(x.nodeTopo, id)
+	} else {
+		x.nodeTopo[id] = topology
+	}
+	if known && old == topology && !deleted {
+		return nil
+	}
+	return sortedUsers(x.nodeUsers[id])
+}
+
+func sortedUsers(users map[svcID]int) []svcID {
+	out := make([]svcID, 0, len(users))
+	for s := range users {
+		out = append(out, s)
+	}
+	slices.SortFunc(out, func(a, b svcID) int { return strings.Compare(a.ns+"/"+a.name, b.ns+"/"+b.name) })
+	return out
 }
 
 // podChange records a pod's labels and returns the services whose
@@ -188,12 +264,7 @@ func (x *endpointIndex) podChange(cluster, ns, name, labels string, deleted bool
 	if known && old == labels && !deleted {
 		return nil
 	}
-	out := make([]svcID, 0, len(x.podUsers[id]))
-	for s := range x.podUsers[id] {
-		out = append(out, s)
-	}
-	slices.SortFunc(out, func(a, b svcID) int { return strings.Compare(a.ns+"/"+a.name, b.ns+"/"+b.name) })
-	return out
+	return sortedUsers(x.podUsers[id])
 }
 
 // countPods adds delta to the users of the pods sl names.
@@ -207,17 +278,23 @@ func (x *endpointIndex) countPods(cluster, ns string, sl slice, delta int) {
 		if pns == "" {
 			pns = ns
 		}
-		id := podID{cluster, pns, name}
-		users := x.podUsers[id]
-		if users == nil {
-			users = make(map[svcID]int)
-			x.podUsers[id] = users
-		}
-		if users[svc] += delta; users[svc] <= 0 {
-			delete(users, svc)
-			if len(users) == 0 {
-				delete(x.podUsers, id)
-			}
+		countUser(x.podUsers, podID{cluster, pns, name}, svc, delta)
+	}
+	for _, n := range sl.nodes {
+		countUser(x.nodeUsers, podID{cluster, "", n}, svc, delta)
+	}
+}
+
+func countUser(users map[podID]map[svcID]int, id podID, svc svcID, delta int) {
+	m := users[id]
+	if m == nil {
+		m = make(map[svcID]int)
+		users[id] = m
+	}
+	if m[svc] += delta; m[svc] <= 0 {
+		delete(m, svc)
+		if len(m) == 0 {
+			delete(users, id)
 		}
 	}
 }

@@ -146,3 +146,39 @@ func TestPodLabelChangeIsEndpointPush(t *testing.T) {
 		}
 	}
 }
+
+// TestNodeLocalityChangeIsEndpointPush: a Node's topology labels give the
+// locality of the endpoints on it, so a change of them is an endpoint push
+// keyed by the services with endpoints on the node (by the slices'
+// nodeName); a Node update that keeps them reaches no one.
+func TestNodeLocalityChangeIsEndpointPush(t *testing.T) {
+	idx := newEndpointIndex()
+	rec := func(ref *pb.ObjectRef, obj string) []byte {
+		b, _ := proto.Marshal(&pb.ChangeRecord{Cluster: "c1", Ref: ref, Op: pb.Op_OP_UPDATE, Object: []byte(obj)})
+		return b
+	}
+	sliceRef := &pb.ObjectRef{Group: "discovery.k8s.io", Kind: "EndpointSlice", Namespace: "ns", Name: "web-abc"}
+	if _, err := toEvent(rec(sliceRef, `{"metadata":{"labels":{"kubernetes.io/service-name":"web"}},"endpoints":[{"addresses":["10.0.0.1"],"nodeName":"n1"}]}`), 1, idx); err != nil {
+		t.Fatal(err)
+	}
+	nodeRef := &pb.ObjectRef{Kind: "Node", Name: "n1"}
+	webKey := debounce.ConfigKey{Kind: "Service", Namespace: "ns", Name: "web", Cluster: "c1"}
+	nodeKey := debounce.ConfigKey{Kind: "Node", Name: "n1", Cluster: "c1"}
+	for i, st := range []struct {
+		labels string
+		keys   []debounce.ConfigKey
+		reason string
+	}{
+		{labels: `{"topology.kubernetes.io/zone":"a"}`, keys: []debounce.ConfigKey{nodeKey, webKey}, reason: ReasonEndpoint}, // first seen
+		{labels: `{"topology.kubernetes.io/zone":"a","kubernetes.io/arch":"amd64"}`, keys: []debounce.ConfigKey{nodeKey}, reason: ReasonProxy},
+		{labels: `{"topology.kubernetes.io/zone":"b"}`, keys: []debounce.ConfigKey{nodeKey, webKey}, reason: ReasonEndpoint},
+	} {
+		ev, err := toEvent(rec(nodeRef, `{"metadata":{"labels":`+st.labels+`}}`), uint64(2+i), idx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev.Full || ev.Reason != st.reason || !slices.Equal(ev.ConfigKeys, st.keys) {
+			t.Errorf("step %d: event %+v, want keys %v reason %s", i, ev, st.keys, st.reason)
+		}
+	}
+}

@@ -24,6 +24,9 @@ type metrics struct {
 	lastConsumed   atomic.Int64 // unix nanoseconds; 0 when not active
 	lastThroughSeq prometheus.Gauge
 	leader         prometheus.Gauge
+	// The endpoint index rebuilt at the start of a term (podindex.go).
+	indexSlices, indexPods, indexSeconds prometheus.Gauge
+	indexTruncated                       prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -78,6 +81,18 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		leader: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "pilotwire_debouncer_leader", Help: "1 while this debouncer holds the lease and is active.",
 		}),
+		indexSlices: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "pilotwire_debounce_index_rebuild_slices", Help: "EndpointSlices read into the endpoint index at the start of the last term.",
+		}),
+		indexPods: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "pilotwire_debounce_index_rebuild_pods", Help: "Pods read into the endpoint index at the start of the last term.",
+		}),
+		indexSeconds: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "pilotwire_debounce_index_rebuild_seconds", Help: "Seconds the endpoint index rebuild took at the start of the last term.",
+		}),
+		indexTruncated: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pilotwire_debounce_index_rebuild_truncated_total", Help: "Endpoint index rebuilds stopped at --index-rebuild-max records (some pods' first label change then reaches no proxy).",
+		}),
 	}
 	lastConsumedAge := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "pilotwire_debounce_last_consumed_age_seconds",
@@ -90,7 +105,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		return time.Since(time.Unix(0, at)).Seconds()
 	})
 	reg.MustRegister(lastConsumedAge, m.leader, m.debounceTime, m.inbound, m.triggers, m.merged, m.pending, m.skipped, m.badRecords,
-		m.consumeErrors, m.publishErrors, m.published, m.oversized, m.restarts, m.fenced, m.lastThroughSeq)
+		m.consumeErrors, m.publishErrors, m.published, m.oversized, m.restarts, m.fenced, m.lastThroughSeq,
+		m.indexSlices, m.indexPods, m.indexSeconds, m.indexTruncated)
 	return m
 }
 

@@ -213,6 +213,10 @@ func (a *active) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	idx, err := a.rebuildIndex(ctx, r.floor, a.cfg.IndexRebuildMax)
+	if err != nil {
+		return err
+	}
 	it, err := r.cons.Messages(jetstream.PullMaxMessages(1024))
 	if err != nil {
 		return fmt.Errorf("consume changes: %w", err)
@@ -244,6 +248,7 @@ func (a *active) run(ctx context.Context) error {
 	}()
 
 	l := newLoop(a.cfg.Debounce, r.covered, a.log, a.m, toWrite)
+	l.endpoints = idx
 	l.maxSeen = r.floor
 	l.maxBytes = a.maxBytes
 	timer := time.NewTimer(time.Hour)
@@ -331,7 +336,9 @@ func (l *loop) add(msg jetstream.Msg, now time.Time) {
 	seq := md.Sequence.Stream
 	l.maxSeen = max(l.maxSeen, seq)
 	if seq <= l.coveredMax() && covers(l.covered, seq) {
-		// Published before a restart or a lost ack: acknowledge, count once.
+		// Published before a restart or a lost ack: acknowledge, count
+		// once; the index still follows it.
+		_, _ = toEvent(msg.Data(), seq, l.endpoints)
 		l.m.skipped.Inc()
 		_ = msg.Ack()
 		return

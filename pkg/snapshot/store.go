@@ -149,6 +149,21 @@ func (s *Store) Read(ctx context.Context, in Info, fn func(Record) error) error 
 	})
 }
 
+// ReadSubjects calls fn for every entry of a snapshot whose subject starts
+// with prefix ("": all), in sequence order: each live record, and each
+// subject whose last record at the snapshot's sequence was a delete
+// (deleted true; Record.Data nil, Seq the delete's). A subject the
+// snapshot lacks had no record on the stream as of the snapshot (or was
+// purged by compaction before it was written).
+func (s *Store) ReadSubjects(ctx context.Context, in Info, prefix string, fn func(r Record, deleted bool) error) error {
+	return s.read(ctx, in, func(r Record, flags byte) error {
+		if !strings.HasPrefix(r.Subject, prefix) {
+			return nil
+		}
+		return fn(r, flags&flagDeleted != 0)
+	})
+}
+
 func (s *Store) read(ctx context.Context, in Info, fn func(Record, byte) error) error {
 	r, err := s.os.Get(ctx, in.Name)
 	if err != nil {

@@ -202,7 +202,13 @@ func EnsureObjectStore(ctx context.Context, js jetstream.JetStream, cfg jetstrea
 	if os, err := js.ObjectStore(ctx, cfg.Bucket); err == nil {
 		return os, nil
 	}
-	os, err := js.CreateOrUpdateObjectStore(ctx, cfg)
+	// Create, never update: CreateOrUpdateObjectStore asks for a stream
+	// update first, which a service's user may not do (pkg/bus
+	// permissions), and the server leaves a denied request unanswered.
+	os, err := js.CreateObjectStore(ctx, cfg)
+	if errors.Is(err, jetstream.ErrBucketExists) {
+		os, err = js.ObjectStore(ctx, cfg.Bucket) // created meanwhile by another instance
+	}
 	if err != nil {
 		return nil, fmt.Errorf("ensure object store %s: %w", cfg.Bucket, err)
 	}

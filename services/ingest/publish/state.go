@@ -44,6 +44,9 @@ func (p *Publisher) load(ctx context.Context, s jetstream.Stream, from uint64) e
 	if info.NumPending == 0 {
 		return nil
 	}
+	if from == 0 && len(p.state) == 0 {
+		p.state = make(map[Key]*entry, info.NumPending) // one record per subject
+	}
 	it, err := cons.Messages(jetstream.PullMaxMessages(1024))
 	if err != nil {
 		return fmt.Errorf("read current objects: %w", err)

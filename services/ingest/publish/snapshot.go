@@ -49,7 +49,8 @@ func (e *errUnusable) Error() string { return e.msg }
 // the snapshot's sequence (a live one with what absorb reads, a delete as
 // a tombstone). It returns the snapshot, or nil when there is none; the
 // caller then reads the records after it. first and last are the
-// stream's first and last sequence.
+// stream's first and last sequence as read before (last is read again if
+// the snapshot is past it).
 //
 // What the snapshot holds that the stream no longer does is left out:
 // an entry below the stream's first sequence (gone to a hard limit or a
@@ -59,7 +60,7 @@ func (e *errUnusable) Error() string { return e.msg }
 // there, the first publish on it expects sequence 0, is refused, and
 // resolveConflict reads the subject's last record: a conflict, never a
 // lost or duplicated record.
-func (p *Publisher) fromSnapshot(ctx context.Context, first, last uint64) (*snapshot.Info, error) {
+func (p *Publisher) fromSnapshot(ctx context.Context, s jetstream.Stream, first, last uint64) (*snapshot.Info, error) {
 	fctx, cancel := context.WithTimeout(ctx, findSnapshotTimeout)
 	defer cancel()
 	st, err := snapshot.Open(fctx, p.js, p.opts.Names)
@@ -69,6 +70,14 @@ func (p *Publisher) fromSnapshot(ctx context.Context, first, last uint64) (*snap
 	in, err := st.Latest(fctx, 0, time.Time{})
 	if err != nil || in == nil {
 		return nil, err
+	}
+	if in.Seq > last {
+		// Written after the stream's info was read, or from another stream.
+		info, err := s.Info(fctx)
+		if err != nil {
+			return nil, fmt.Errorf("changes stream info: %w", err)
+		}
+		last = info.State.LastSeq
 	}
 	switch {
 	case in.Seq > last:
@@ -118,7 +127,7 @@ func (p *Publisher) startState(ctx context.Context, s jetstream.Stream) (uint64,
 	}
 	var from uint64
 	if !p.opts.IgnoreSnapshots {
-		in, err := p.fromSnapshot(ctx, info.State.FirstSeq, info.State.LastSeq)
+		in, err := p.fromSnapshot(ctx, s, info.State.FirstSeq, info.State.LastSeq)
 		if err != nil {
 			if ctx.Err() != nil {
 				return 0, err

@@ -3,19 +3,27 @@ package e2e
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	resource "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"github.com/google/go-cmp/cmp"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pilotwire/pilotwire/internal/testkit/adstest"
 	"github.com/pilotwire/pilotwire/internal/testkit/natstest"
 	"github.com/pilotwire/pilotwire/internal/testkit/pipelinetest"
 	"github.com/pilotwire/pilotwire/internal/testkit/testutil"
+	"github.com/pilotwire/pilotwire/pkg/bus"
+	"github.com/pilotwire/pilotwire/pkg/snapshot"
 	"github.com/pilotwire/pilotwire/pkg/svc"
+	"github.com/pilotwire/pilotwire/services/ingest/publish"
 )
 
 // TestLeastPrivilege runs the four services on a nats-server configured
@@ -122,5 +130,74 @@ spec:
 		if !errors.Is(got, nats.ErrPermissionViolation) {
 			t.Errorf("%s: %v, want a permissions violation", tc.user, got)
 		}
+	}
+}
+
+// TestIngestStartsFromSnapshotAsItsUser: with deploy/nats/accounts.conf,
+// ingest may read the snapshot the debouncer's snapshotter wrote, and
+// starts from it: before, its user had no access to the bucket and every
+// start fell back to reading the change stream.
+func TestIngestStartsFromSnapshotAsItsUser(t *testing.T) {
+	for _, u := range []string{"INGEST", "DEBOUNCER", "PUSHER", "ADS_0", "ADS_1", "ADS_2", "CLI", "ADMIN"} {
+		t.Setenv("PILOTWIRE_"+u+"_PASSWORD", "pw-"+strings.ToLower(u))
+	}
+	fo, err := server.ProcessConfigFile("../deploy/nats/accounts.conf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := natstest.StartWith(t, func(o *server.Options) { o.Accounts, o.Users = fo.Accounts, fo.Users })
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.DefaultTimeout)
+	defer cancel()
+	connect := func(user, password string) jetstream.JetStream {
+		t.Helper()
+		log := slog.New(slog.NewTextHandler(pipelinetest.TestWriter{T: t}, nil)).With("component", user)
+		nc, js, err := svc.Connect(ctx, url, user, svc.NATSAuth{User: user, Password: password}, log, prometheus.NewCounter(prometheus.CounterOpts{Name: "c", Help: "c"}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		return js
+	}
+	ingestJS, debouncerJS := connect("ingest", "pw-ingest"), connect("debouncer", "pw-debouncer")
+	names := bus.Names{Prefix: "pw"}
+	start := func(reg prometheus.Registerer, ignore bool) *publish.Publisher {
+		t.Helper()
+		p, err := publish.New(ingestJS, publish.Options{Cluster: "Kubernetes", Names: names, Registerer: reg, IgnoreSnapshots: ignore,
+			Log: slog.New(slog.NewTextHandler(pipelinetest.TestWriter{T: t}, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	p := start(nil, false)
+	var objs []publish.Object
+	for i := range 5 {
+		name := fmt.Sprintf("svc-%d", i)
+		objs = append(objs, publish.Object{Key: publish.Key{Kind: "Service", Namespace: "default", Name: name}, Version: "v1",
+			JSON: []byte(fmt.Sprintf(`{"apiVersion":"v1","kind":"Service","metadata":{"name":%q,"namespace":"default"}}`, name))})
+	}
+	if _, err := p.Sync(ctx, objs); err != nil {
+		t.Fatal(err)
+	}
+	snap := snapshot.New(snapshot.Options{JS: debouncerJS, Names: names})
+	defer snap.Close()
+	in, err := snap.Step(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	reg := prometheus.NewRegistry()
+	got, want := start(reg, false), start(nil, true)
+	if n := testutil.Metric(reg, "pilotwire_ingest_start_snapshot_seq"); n != float64(in.Seq) {
+		t.Errorf("ingest started from snapshot %v, want the one at %d", n, in.Seq)
+	}
+	if n := testutil.Metric(reg, "pilotwire_ingest_snapshot_unusable_total"); n != 0 {
+		t.Errorf("ingest found the snapshot unusable %v times, want 0", n)
+	}
+	if diff := cmp.Diff(want.Live(), got.Live()); diff != "" || len(got.Live()) != 5 {
+		t.Errorf("live objects (-from the stream +from the snapshot):\n%s", diff)
 	}
 }

@@ -35,6 +35,18 @@ func jsStream(stream string) []string {
 	}
 }
 
+// jsStreamRead is jsStream without creating the stream: for one a service
+// only reads.
+func jsStreamRead(stream string) []string {
+	var out []string
+	for _, subj := range jsStream(stream) {
+		if !strings.HasPrefix(subj, "$JS.API.STREAM.CREATE.") {
+			out = append(out, subj)
+		}
+	}
+	return out
+}
+
 func (n Names) kvStream(bucket string) string { return "KV_" + bucket }
 
 func kvKey(bucket, key string) string { return "$KV." + bucket + "." + key }
@@ -53,12 +65,14 @@ func perms(user string, streams, publish, subscribe []string) Permissions {
 }
 
 // IngestPermissions: ingest writes the change records of its clusters and
-// their leases, and reads the change stream.
+// their leases, and reads the change stream and the snapshots it starts
+// from (never creating the snapshot bucket).
 func (n Names) IngestPermissions(user string, clusters []string) Permissions {
 	var pub []string
 	for _, c := range clusters {
 		pub = append(pub, n.ChangesCluster(c), kvKey(n.LeaseBucket(), "ingest-"+EscapeToken(c)))
 	}
+	pub = append(jsStreamRead(objStream(n.SnapshotBucket())), pub...)
 	return perms(user, []string{n.ChangesStream(), n.kvStream(n.LeaseBucket())}, pub, nil)
 }
 
@@ -114,11 +128,7 @@ func (n Names) ReaderPermissions(user string) Permissions {
 		streams = append(streams, objStream(o.Bucket))
 	}
 	for _, s := range streams {
-		for _, subj := range jsStream(s) {
-			if !strings.HasPrefix(subj, "$JS.API.STREAM.CREATE.") {
-				p.Publish = append(p.Publish, subj)
-			}
-		}
+		p.Publish = append(p.Publish, jsStreamRead(s)...)
 	}
 	return p
 }

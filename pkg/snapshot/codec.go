@@ -74,7 +74,10 @@ func encode(w io.Writer, entries []entry) error {
 }
 
 // decode reads what encode wrote and calls fn for each entry, in order.
-// Sequences must grow.
+// Sequences must grow. It reads varints and the subject and content from
+// the buffered reader's own buffer (Peek), so that each entry costs the
+// subject's and content's strings and the data's slice and nothing else;
+// this was half of reading a snapshot (BenchmarkReadSnapshot).
 func decode(r io.Reader, fn func(Record, byte) error) error {
 	br := bufio.NewReaderSize(r, 256<<10)
 	head := make([]byte, len(magic))
@@ -84,21 +87,10 @@ func decode(r io.Reader, fn func(Record, byte) error) error {
 	if string(head) != magic {
 		return fmt.Errorf("not a snapshot (header %q)", head)
 	}
-	field := func() ([]byte, error) {
-		n, err := binary.ReadUvarint(br)
-		if err != nil {
-			return nil, err
-		}
-		if n > maxField {
-			return nil, fmt.Errorf("field of %d bytes", n)
-		}
-		b := make([]byte, n)
-		_, err = io.ReadFull(br, b)
-		return b, err
-	}
+	d := decoder{br: br}
 	var last uint64
 	for i := 0; ; i++ {
-		seq, err := binary.ReadUvarint(br)
+		seq, err := d.uvarint()
 		if errors.Is(err, io.EOF) {
 			return nil
 		}
@@ -115,28 +107,97 @@ func decode(r io.Reader, fn func(Record, byte) error) error {
 			return fail(fmt.Errorf("seq %d after %d", seq, last))
 		}
 		last = seq
-		nanos, err := binary.ReadVarint(br)
+		u, err := d.uvarint()
 		if err != nil {
 			return fail(err)
+		}
+		nanos := int64(u >> 1) // zig-zag, as binary.PutVarint writes it
+		if u&1 != 0 {
+			nanos = ^nanos
 		}
 		flags, err := br.ReadByte()
 		if err != nil {
 			return fail(err)
 		}
-		subj, err := field()
+		subj, err := d.str()
 		if err != nil {
 			return fail(err)
 		}
-		content, err := field()
+		content, err := d.str()
 		if err != nil {
 			return fail(err)
 		}
-		data, err := field()
+		data, err := d.bytes()
 		if err != nil {
 			return fail(err)
 		}
-		if err := fn(Record{Subject: string(subj), Seq: seq, Time: time.Unix(0, nanos).UTC(), Content: string(content), Data: data}, flags); err != nil {
+		if err := fn(Record{Subject: subj, Seq: seq, Time: time.Unix(0, nanos).UTC(), Content: content, Data: data}, flags); err != nil {
 			return err
 		}
 	}
+}
+
+// decoder reads encode's fields from a buffered reader.
+type decoder struct{ br *bufio.Reader }
+
+// uvarint reads one; io.EOF only when nothing at all is left.
+func (d decoder) uvarint() (uint64, error) {
+	b, err := d.br.Peek(binary.MaxVarintLen64)
+	if len(b) == 0 {
+		return 0, err
+	}
+	v, n := binary.Uvarint(b)
+	switch {
+	case n > 0:
+		_, _ = d.br.Discard(n)
+		return v, nil
+	case n < 0:
+		return 0, errors.New("varint overflows 64 bits")
+	case err != nil && !errors.Is(err, io.EOF):
+		return 0, err
+	}
+	return 0, io.ErrUnexpectedEOF // b holds all that is left, and it ends mid-varint
+}
+
+// length reads a field's length.
+func (d decoder) length() (int, error) {
+	n, err := d.uvarint()
+	if err != nil {
+		return 0, err
+	}
+	if n > maxField {
+		return 0, fmt.Errorf("field of %d bytes", n)
+	}
+	return int(n), nil
+}
+
+// str reads a field as a string, from the reader's buffer when it fits.
+func (d decoder) str() (string, error) {
+	n, err := d.length()
+	if err != nil || n == 0 {
+		return "", err
+	}
+	if n <= d.br.Size() {
+		b, err := d.br.Peek(n)
+		if err != nil {
+			return "", err
+		}
+		s := string(b)
+		_, _ = d.br.Discard(n)
+		return s, nil
+	}
+	b := make([]byte, n)
+	_, err = io.ReadFull(d.br, b)
+	return string(b), err
+}
+
+// bytes reads a field into a new slice.
+func (d decoder) bytes() ([]byte, error) {
+	n, err := d.length()
+	if err != nil {
+		return nil, err
+	}
+	b := make([]byte, n)
+	_, err = io.ReadFull(d.br, b)
+	return b, err
 }

@@ -24,6 +24,9 @@ type Info struct {
 	Time time.Time
 	// Objects is the number of live records it holds.
 	Objects int
+	// Subjects is the number of entries, live and deleted (0: unknown,
+	// a snapshot written before it was recorded).
+	Subjects int
 	// Size is its encoded size in bytes.
 	Size uint64
 }
@@ -103,7 +106,8 @@ func (s *Store) List(ctx context.Context) ([]Info, error) {
 		}
 		at, _ := time.Parse(time.RFC3339Nano, o.Metadata["time"])
 		n, _ := strconv.Atoi(o.Metadata["objects"])
-		out = append(out, Info{Name: o.Name, Seq: seq, Time: at, Objects: n, Size: o.Size})
+		subjects, _ := strconv.Atoi(o.Metadata["subjects"])
+		out = append(out, Info{Name: o.Name, Seq: seq, Time: at, Objects: n, Subjects: subjects, Size: o.Size})
 	}
 	slices.SortFunc(out, func(a, b Info) int { return compareSeq(a.Seq, b.Seq) })
 	return out, nil
@@ -149,6 +153,21 @@ func (s *Store) Read(ctx context.Context, in Info, fn func(Record) error) error 
 	})
 }
 
+// ReadSubjects calls fn for every entry of a snapshot whose subject starts
+// with prefix ("": all), in sequence order: each live record, and each
+// subject whose last record at the snapshot's sequence was a delete
+// (deleted true; Record.Data nil, Seq the delete's). A subject the
+// snapshot lacks had no record on the stream as of the snapshot (or was
+// purged by compaction before it was written).
+func (s *Store) ReadSubjects(ctx context.Context, in Info, prefix string, fn func(r Record, deleted bool) error) error {
+	return s.read(ctx, in, func(r Record, flags byte) error {
+		if !strings.HasPrefix(r.Subject, prefix) {
+			return nil
+		}
+		return fn(r, flags&flagDeleted != 0)
+	})
+}
+
 func (s *Store) read(ctx context.Context, in Info, fn func(Record, byte) error) error {
 	r, err := s.os.Get(ctx, in.Name)
 	if err != nil {
@@ -175,7 +194,7 @@ func (s *Store) loadSet(ctx context.Context, in Info) (*Set, error) {
 // sequence. The object becomes visible only once complete.
 func (s *Store) Write(ctx context.Context, set *Set) (Info, error) {
 	entries := set.entries()
-	in := Info{Name: fmt.Sprintf("%s%020d", namePrefix, set.Seq()), Seq: set.Seq(), Time: set.Time(), Objects: set.Len()}
+	in := Info{Name: fmt.Sprintf("%s%020d", namePrefix, set.Seq()), Seq: set.Seq(), Time: set.Time(), Objects: set.Len(), Subjects: len(entries)}
 	pr, pw := io.Pipe()
 	encoded := make(chan struct{})
 	go func() { defer close(encoded); pw.CloseWithError(encode(pw, entries)) }()
@@ -184,9 +203,10 @@ func (s *Store) Write(ctx context.Context, set *Set) (Info, error) {
 		Name:        in.Name,
 		Description: "pilotwire change-stream snapshot",
 		Metadata: map[string]string{
-			"seq":     strconv.FormatUint(in.Seq, 10),
-			"time":    in.Time.UTC().Format(time.RFC3339Nano),
-			"objects": strconv.Itoa(in.Objects),
+			"seq":      strconv.FormatUint(in.Seq, 10),
+			"time":     in.Time.UTC().Format(time.RFC3339Nano),
+			"objects":  strconv.Itoa(in.Objects),
+			"subjects": strconv.Itoa(in.Subjects),
 		},
 	}, pr)
 	pr.CloseWithError(errors.New("put ended")) // lets the encoder return if Put stopped early

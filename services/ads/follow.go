@@ -108,7 +108,7 @@ func (f *follower) start(ctx context.Context) (stop func(), err error) {
 	}
 	target := info.State.LastSeq
 	start := time.Now()
-	cfg, from, err := f.startFrom(ctx, info.State.FirstSeq)
+	cfg, from, err := f.startFrom(ctx, info.State.FirstSeq, info.State.LastSeq)
 	if err != nil {
 		return nil, err
 	}
@@ -157,7 +157,7 @@ func (f *follower) start(ctx context.Context) (stop func(), err error) {
 // consumer starts with the last record of every subject. Either way the
 // model holds every live object's last record: a snapshot is that set at
 // its sequence.
-func (f *follower) startFrom(ctx context.Context, firstSeq uint64) (jetstream.OrderedConsumerConfig, uint64, error) {
+func (f *follower) startFrom(ctx context.Context, firstSeq, lastSeq uint64) (jetstream.OrderedConsumerConfig, uint64, error) {
 	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{f.names.ChangesAll()}, DeliverPolicy: jetstream.DeliverLastPerSubjectPolicy}
 	if f.fullReplay {
 		cfg.DeliverPolicy = jetstream.DeliverAllPolicy
@@ -166,7 +166,7 @@ func (f *follower) startFrom(ctx context.Context, firstSeq uint64) (jetstream.Or
 	if f.ignoreSnapshots {
 		return cfg, 0, nil
 	}
-	in, err := f.loadSnapshot(ctx, firstSeq)
+	in, err := f.loadSnapshot(ctx, firstSeq, lastSeq)
 	if err != nil {
 		if ctx.Err() != nil {
 			return cfg, 0, err
@@ -192,8 +192,10 @@ func (f *follower) startFrom(ctx context.Context, firstSeq uint64) (jetstream.Or
 }
 
 // loadSnapshot applies the newest snapshot the stream follows on from and
-// returns it, or nil when there is none to use.
-func (f *follower) loadSnapshot(ctx context.Context, firstSeq uint64) (*snapshot.Info, error) {
+// returns it, or nil when there is none to use. A snapshot past the
+// stream's last sequence (a stream re-created under an old bucket) is an
+// error: starting after it would skip every record the stream holds.
+func (f *follower) loadSnapshot(ctx context.Context, firstSeq, lastSeq uint64) (*snapshot.Info, error) {
 	st, err := snapshot.Open(ctx, f.js, f.names)
 	if err != nil || st == nil {
 		return nil, err
@@ -201,6 +203,15 @@ func (f *follower) loadSnapshot(ctx context.Context, firstSeq uint64) (*snapshot
 	in, err := st.Latest(ctx, 0, time.Time{})
 	if err != nil || in == nil {
 		return nil, err
+	}
+	if in.Seq > lastSeq {
+		// Written after the stream's info was read, or from another stream.
+		if lastSeq, err = f.lastSeq(ctx); err != nil {
+			return nil, err
+		}
+		if in.Seq > lastSeq {
+			return nil, fmt.Errorf("snapshot at seq %d is past the change stream's last seq %d", in.Seq, lastSeq)
+		}
 	}
 	if firstSeq > in.Seq+1 {
 		f.log.Error("the change stream lost records after the newest snapshot; starting from the stream instead", "snapshot_seq", in.Seq, "first_seq", firstSeq)
@@ -214,6 +225,19 @@ func (f *follower) loadSnapshot(ctx context.Context, firstSeq uint64) (*snapshot
 		return nil, fmt.Errorf("load snapshot: %w", err)
 	}
 	return in, nil
+}
+
+// lastSeq reads the change stream's last sequence.
+func (f *follower) lastSeq(ctx context.Context) (uint64, error) {
+	stream, err := f.js.Stream(ctx, f.names.ChangesStream())
+	if err != nil {
+		return 0, fmt.Errorf("changes stream: %w", err)
+	}
+	info, err := stream.Info(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("changes stream info: %w", err)
+	}
+	return info.State.LastSeq, nil
 }
 
 // apply decodes and applies one record; a bad one is logged and counted

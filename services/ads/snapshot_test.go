@@ -177,3 +177,43 @@ func TestFrontendStartsWithoutAReadableSnapshot(t *testing.T) {
 		t.Fatalf("%d load assignments, want the one of shop/cart", n)
 	}
 }
+
+// TestFrontendIgnoresASnapshotAheadOfTheStream: a snapshot whose sequence
+// is past the change stream's last one (the stream re-created under an old
+// bucket) is logged, counted and skipped. Before, the frontend took the
+// snapshot's sequence as applied and consumed from the one after it, so it
+// never applied the stream's records and served an empty mesh.
+func TestFrontendIgnoresASnapshotAheadOfTheStream(t *testing.T) {
+	f := startFrontend(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.DefaultTimeout)
+	defer cancel()
+	f.publish(t, pb.Op_OP_ADD, "", "Service", service("shop", "cart", 80))
+	last := f.publish(t, pb.Op_OP_ADD, "discovery.k8s.io", "EndpointSlice", slice("shop", "cart", 8080, "10.1.0.1"))
+	if _, err := snapshot.Ensure(ctx, f.js, f.names, bus.StreamOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	os, err := f.js.ObjectStore(ctx, f.names.SnapshotBucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ahead := last + 100
+	if _, err := os.Put(ctx, jetstream.ObjectMeta{
+		Name:     fmt.Sprintf("changes-%020d", ahead),
+		Metadata: map[string]string{"seq": fmt.Sprint(ahead), "time": time.Now().UTC().Format(time.RFC3339Nano), "objects": "0"},
+	}, strings.NewReader("PWSNAP1\n")); err != nil {
+		t.Fatal(err)
+	}
+
+	fe := runFrontend(t, f.url, "fe-ahead", nil)
+	fe.waitApplied(t, last)
+	if got := fe.gauge("pilotwire_ads_bootstrap_snapshot_seq"); got != 0 {
+		t.Fatalf("started from snapshot %v, want the stream", got)
+	}
+	if got := fe.gauge("pilotwire_ads_snapshot_unusable_total"); got != 1 {
+		t.Fatalf("pilotwire_ads_snapshot_unusable_total = %v, want 1", got)
+	}
+	got := fetchConfig(ctx, t, fe.addr, &core.Node{Id: "sidecar~10.0.0.1~a-0.default~default.svc.cluster.local"})
+	if n := len(got[resource.EndpointType].GetResources()); n != 1 {
+		t.Fatalf("%d load assignments, want the one of shop/cart", n)
+	}
+}

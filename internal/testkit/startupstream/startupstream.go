@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"syscall"
 	"testing"
 	"time"
 
@@ -120,4 +121,17 @@ func build(tb testing.TB, store string) {
 	if in.Objects != Live {
 		tb.Fatalf("snapshot holds %d objects, want %d", in.Objects, Live)
 	}
+}
+
+// CPUTime is the CPU time (user and system) this process has used so far:
+// the start-up benchmarks report it per start next to the wall time,
+// because on a machine shared with other work the wall time measures the
+// neighbours as much as the start. The embedded NATS server runs in the
+// same process, so its share is counted too.
+func CPUTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

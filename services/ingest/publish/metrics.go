@@ -43,6 +43,9 @@ type metrics struct {
 	objects      prometheus.Gauge
 	lastSeq      prometheus.Gauge
 	inflight     prometheus.Gauge
+	// start from a snapshot
+	snapshotSeq      prometheus.Gauge
+	snapshotUnusable *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -99,5 +102,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "pilotwire_ingest_publish_inflight",
 			Help: "Publishes awaiting their JetStream ack.",
 		})),
+		snapshotSeq: promreg.Register(reg, prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "pilotwire_ingest_start_snapshot_seq",
+			Help: "Sequence of the snapshot the last start read the cluster's objects from, before the records after it (0: the change stream alone).",
+		})),
+		snapshotUnusable: promreg.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pilotwire_ingest_snapshot_unusable_total",
+			Help: "Starts that found a snapshot they could not use and read the change stream instead, by reason (unreadable, ahead: past the stream's last seq, gap: the stream lost records after it).",
+		}, []string{"reason"})),
 	}
 }

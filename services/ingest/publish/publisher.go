@@ -74,6 +74,13 @@ type Options struct {
 	// an older ingest may have recorded them, and a delete would carry
 	// their last content. Nil records every kind.
 	Records func(group, kind string) bool
+	// IgnoreSnapshots makes Start read the last record of every subject
+	// of the cluster even when the snapshot bucket (pkg/snapshot) has a
+	// snapshot to start from. By default Start reads the newest snapshot
+	// and then only the records after it; a snapshot it cannot use is
+	// logged and counted (snapshot_unusable_total{reason}) and the stream
+	// read instead.
+	IgnoreSnapshots bool
 }
 
 func (o Options) withDefaults() Options {
@@ -186,7 +193,9 @@ func New(js jetstream.JetStream, o Options) (*Publisher, error) {
 }
 
 // Start ensures the CHANGES stream and reads the last record of every
-// subject of the cluster. It must succeed before Apply and Sync.
+// subject of the cluster: from the newest snapshot and the records after
+// it, or from the stream alone (see Options.IgnoreSnapshots). It must
+// succeed before Apply and Sync.
 func (p *Publisher) Start(ctx context.Context) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -205,7 +214,8 @@ func (p *Publisher) Start(ctx context.Context) error {
 	p.live, p.lastSeq = 0, 0
 	start := time.Now()
 	p.unrecorded = nil
-	if err := p.load(ctx, s); err != nil {
+	from, err := p.startState(ctx, s)
+	if err != nil {
 		return err
 	}
 	if err := p.purgeUnrecorded(ctx, s); err != nil {
@@ -216,7 +226,7 @@ func (p *Publisher) Start(ctx context.Context) error {
 	p.metrics.lastSeq.Set(float64(p.lastSeq))
 	p.log.Info("read current objects from the change stream",
 		"stream", s.CachedInfo().Config.Name, "objects", p.live, "subjects", len(p.state),
-		"seq", p.lastSeq, "max_msg_size", maxSize, "took", time.Since(start).Round(time.Millisecond))
+		"seq", p.lastSeq, "snapshot_seq", from, "max_msg_size", maxSize, "took", time.Since(start).Round(time.Millisecond))
 	return nil
 }
 

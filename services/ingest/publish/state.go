@@ -14,14 +14,20 @@ import (
 	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
 )
 
-// load reads the last record of every subject of the cluster with an
-// ordered consumer (deliver last per subject) and stops when none is
-// pending. An empty stream, or one without this cluster, is fine.
-func (p *Publisher) load(ctx context.Context, s jetstream.Stream) error {
-	cons, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
+// load reads, with an ordered consumer that stops when none is pending,
+// the last record of every subject of the cluster (from 0: deliver last
+// per subject), or every record of the cluster after sequence from (the
+// state holds a snapshot at from; later records replace its entries). An
+// empty stream, or one without this cluster, is fine.
+func (p *Publisher) load(ctx context.Context, s jetstream.Stream, from uint64) error {
+	cfg := jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{p.opts.Names.ChangesCluster(p.opts.Cluster)},
 		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
-	})
+	}
+	if from > 0 {
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, from+1
+	}
+	cons, err := s.OrderedConsumer(ctx, cfg)
 	if err != nil {
 		return fmt.Errorf("read current objects: create consumer: %w", err)
 	}
@@ -37,6 +43,9 @@ func (p *Publisher) load(ctx context.Context, s jetstream.Stream) error {
 	}
 	if info.NumPending == 0 {
 		return nil
+	}
+	if from == 0 && len(p.state) == 0 {
+		p.state = make(map[Key]*entry, info.NumPending) // one record per subject
 	}
 	it, err := cons.Messages(jetstream.PullMaxMessages(1024))
 	if err != nil {

@@ -1,0 +1,102 @@
+package snapshot
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func codecEntries() []entry {
+	at := time.Unix(1700000000, 123).UTC()
+	return []entry{
+		{rec: &Record{Subject: "pw.changes.c.Service.ns.a", Seq: 3, Time: at, Content: "h-1", Data: []byte("one")}},
+		// A content longer than the decoder's buffer, and a large record.
+		{rec: &Record{Subject: "pw.changes.c.Service.ns.b", Seq: 9, Time: at.Add(time.Second), Content: strings.Repeat("c", 300<<10), Data: bytes.Repeat([]byte{7}, 64<<10)}, flags: flagStale},
+		{rec: &Record{Subject: "pw.changes.c.Service.ns.c", Seq: 12, Time: time.Unix(-5, -7).UTC(), Data: []byte{}}, flags: flagDeleted},
+	}
+}
+
+func decodeAll(b []byte) ([]entry, error) {
+	var out []entry
+	err := decode(bytes.NewReader(b), func(r Record, fl byte) error {
+		rc := r
+		out = append(out, entry{rec: &rc, flags: fl})
+		return nil
+	})
+	return out, err
+}
+
+// TestCodecFieldsAndTruncation: fields larger than the decoder's buffer
+// and times before 1970 come back as written; an encoding cut anywhere
+// but between two entries is an error, never a shorter snapshot.
+func TestCodecFieldsAndTruncation(t *testing.T) {
+	want := codecEntries()
+	var buf bytes.Buffer
+	if err := encode(&buf, want); err != nil {
+		t.Fatal(err)
+	}
+	enc := buf.Bytes()
+	got, err := decodeAll(enc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want, got, cmp.AllowUnexported(entry{})); diff != "" {
+		t.Fatalf("round trip (-want +got):\n%s", diff)
+	}
+	boundaries := map[int]bool{len(magic): true, len(enc): true}
+	for i := range want {
+		var b bytes.Buffer
+		if err := encode(&b, want[:i+1]); err != nil {
+			t.Fatal(err)
+		}
+		boundaries[b.Len()] = true
+	}
+	for cut := 0; cut < len(enc); cut++ {
+		if cut > 512 && cut < len(enc)-512 && !boundaries[cut] && cut%4999 != 0 {
+			continue // the middle of the large fields, sampled
+		}
+		_, err := decodeAll(enc[:cut])
+		switch {
+		case boundaries[cut] && err != nil:
+			t.Errorf("cut at entry boundary %d: %v", cut, err)
+		case !boundaries[cut] && err == nil:
+			t.Errorf("cut at %d of %d decoded without an error", cut, len(enc))
+		case !boundaries[cut] && cut >= len(magic) && !errors.Is(err, io.ErrUnexpectedEOF):
+			t.Errorf("cut at %d: %v, want unexpected EOF", cut, err)
+		}
+	}
+}
+
+// FuzzDecode: the decoder never panics, and what it decodes encodes to
+// something that decodes to the same entries.
+func FuzzDecode(f *testing.F) {
+	var buf bytes.Buffer
+	if err := encode(&buf, codecEntries()[:1]); err != nil {
+		f.Fatal(err)
+	}
+	f.Add(buf.Bytes())
+	f.Add([]byte(magic))
+	f.Add([]byte(magic + "\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		got, err := decodeAll(b)
+		if err != nil {
+			return
+		}
+		var again bytes.Buffer
+		if err := encode(&again, got); err != nil {
+			t.Fatal(err)
+		}
+		back, err := decodeAll(again.Bytes())
+		if err != nil {
+			t.Fatalf("re-encoded entries do not decode: %v", err)
+		}
+		if diff := cmp.Diff(got, back, cmp.AllowUnexported(entry{})); diff != "" {
+			t.Fatalf("re-encoded entries differ (-first +second):\n%s", diff)
+		}
+	})
+}

@@ -2,7 +2,10 @@
 // with a key in a JetStream KV bucket: created or taken over by
 // compare-and-set, renewed by compare-and-set, and judged expired by the
 // standby's own clock (no revision change for TTL), so clock skew between
-// machines does not matter.
+// machines does not matter. A holder that stood by because its renewals
+// failed (the bucket without a leader) takes its lease back as soon as the
+// bucket answers, if the entry is still the revision it wrote: nobody took
+// it meanwhile, and it runs no work.
 package lease
 
 import (

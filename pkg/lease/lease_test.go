@@ -38,9 +38,13 @@ type instance struct {
 }
 
 func run(t *testing.T, kv jetstream.KeyValue, holder string) *instance {
+	return runElector(t, &Elector{KV: kv, Key: "debouncer", Holder: holder, TTL: 1500 * time.Millisecond, Log: slog.New(slog.DiscardHandler)})
+}
+
+// runElector runs e with work that records whether it is running.
+func runElector(t *testing.T, e *Elector) *instance {
 	ctx, cancel := context.WithCancel(context.Background())
 	in := &instance{cancel: cancel, done: make(chan error, 1)}
-	e := &Elector{KV: kv, Key: "debouncer", Holder: holder, TTL: 1500 * time.Millisecond, Log: slog.New(slog.DiscardHandler)}
 	go func() {
 		in.done <- e.Run(ctx, func(ctx context.Context) error {
 			in.started.Add(1)
@@ -271,20 +275,8 @@ func TestHolderRetakesItsOwnLease(t *testing.T) {
 		}
 		return time.Now()
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	in := &instance{cancel: cancel, done: make(chan error, 1)}
-	e := &Elector{KV: failingUpdateKV{KeyValue: bucket(t, url), failing: &failing}, Key: "debouncer", Holder: "a",
-		TTL: 1500 * time.Millisecond, Log: slog.New(slog.DiscardHandler), Now: now}
-	go func() {
-		in.done <- e.Run(ctx, func(ctx context.Context) error {
-			in.started.Add(1)
-			in.active.Store(true)
-			<-ctx.Done()
-			in.active.Store(false)
-			return nil
-		})
-	}()
-	t.Cleanup(func() { cancel(); <-in.done })
+	in := runElector(t, &Elector{KV: failingUpdateKV{KeyValue: bucket(t, url), failing: &failing}, Key: "debouncer", Holder: "a",
+		TTL: 1500 * time.Millisecond, Log: slog.New(slog.DiscardHandler), Now: now})
 	testutil.Eventually(t, "a active", in.active.Load)
 	failing.Store(true)
 	testutil.Eventually(t, "a stands by", func() bool { return !in.active.Load() })
@@ -300,20 +292,8 @@ func TestRetakeLosesToATakeOver(t *testing.T) {
 	url := natstest.Start(t)
 	var failing atomic.Bool
 	kv := bucket(t, url)
-	ctx, cancel := context.WithCancel(context.Background())
-	in := &instance{cancel: cancel, done: make(chan error, 1)}
-	e := &Elector{KV: failingUpdateKV{KeyValue: kv, failing: &failing}, Key: "debouncer", Holder: "a",
-		TTL: 1500 * time.Millisecond, Log: slog.New(slog.DiscardHandler)}
-	go func() {
-		in.done <- e.Run(ctx, func(ctx context.Context) error {
-			in.started.Add(1)
-			in.active.Store(true)
-			<-ctx.Done()
-			in.active.Store(false)
-			return nil
-		})
-	}()
-	t.Cleanup(func() { cancel(); <-in.done })
+	in := runElector(t, &Elector{KV: failingUpdateKV{KeyValue: kv, failing: &failing}, Key: "debouncer", Holder: "a",
+		TTL: 1500 * time.Millisecond, Log: slog.New(slog.DiscardHandler)})
 	testutil.Eventually(t, "a active", in.active.Load)
 	failing.Store(true)
 	testutil.Eventually(t, "a stands by", func() bool { return !in.active.Load() })

@@ -139,81 +139,59 @@ func fetchConfig(ctx context.Context, t *testing.T, addr string, node *core.Node
 	return out
 }
 
-// TestFrontendStartsWithoutAReadableSnapshot: a snapshot that cannot be
-// read (here a corrupt object under a snapshot's name) is logged, counted
-// and skipped: the frontend starts from the stream and serves the same
-// model. Before, Run failed with "load snapshot" and the frontend exited,
-// on every restart, until someone deleted the object.
-func TestFrontendStartsWithoutAReadableSnapshot(t *testing.T) {
-	f := startFrontend(t, nil)
-	ctx, cancel := context.WithTimeout(context.Background(), testutil.DefaultTimeout)
-	defer cancel()
-	f.publish(t, pb.Op_OP_ADD, "", "Service", service("shop", "cart", 80))
-	last := f.publish(t, pb.Op_OP_ADD, "discovery.k8s.io", "EndpointSlice", slice("shop", "cart", 8080, "10.1.0.1"))
-	if _, err := snapshot.Ensure(ctx, f.js, f.names, bus.StreamOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	os, err := f.js.ObjectStore(ctx, f.names.SnapshotBucket())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Put(ctx, jetstream.ObjectMeta{
-		Name:     fmt.Sprintf("changes-%020d", last),
-		Metadata: map[string]string{"seq": fmt.Sprint(last), "time": time.Now().UTC().Format(time.RFC3339Nano), "objects": "2"},
-	}, strings.NewReader("not a snapshot")); err != nil {
-		t.Fatal(err)
-	}
+// TestFrontendSkipsAnUnusableSnapshot: a snapshot the frontend cannot use
+// is logged, counted and skipped; the frontend starts from the stream and
+// serves the same model. Both cases failed before:
+//   - a corrupt object under a snapshot's name: Run failed with "load
+//     snapshot" and the frontend exited, on every restart, until someone
+//     deleted the object;
+//   - a snapshot whose sequence is past the change stream's last one (the
+//     stream re-created under an old bucket): the frontend took the
+//     snapshot's sequence as applied, consumed from the one after it, and
+//     served an empty mesh.
+func TestFrontendSkipsAnUnusableSnapshot(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		ahead   uint64 // the snapshot's sequence past the stream's last
+		objects string
+		body    string
+	}{
+		{name: "corrupt", objects: "2", body: "not a snapshot"},
+		{name: "ahead", ahead: 100, objects: "0", body: "PWSNAP1\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := startFrontend(t, nil)
+			ctx, cancel := context.WithTimeout(context.Background(), testutil.DefaultTimeout)
+			defer cancel()
+			f.publish(t, pb.Op_OP_ADD, "", "Service", service("shop", "cart", 80))
+			last := f.publish(t, pb.Op_OP_ADD, "discovery.k8s.io", "EndpointSlice", slice("shop", "cart", 8080, "10.1.0.1"))
+			if _, err := snapshot.Ensure(ctx, f.js, f.names, bus.StreamOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			os, err := f.js.ObjectStore(ctx, f.names.SnapshotBucket())
+			if err != nil {
+				t.Fatal(err)
+			}
+			seq := last + tc.ahead
+			if _, err := os.Put(ctx, jetstream.ObjectMeta{
+				Name:     fmt.Sprintf("changes-%020d", seq),
+				Metadata: map[string]string{"seq": fmt.Sprint(seq), "time": time.Now().UTC().Format(time.RFC3339Nano), "objects": tc.objects},
+			}, strings.NewReader(tc.body)); err != nil {
+				t.Fatal(err)
+			}
 
-	fe := runFrontend(t, f.url, "fe-corrupt", nil)
-	fe.waitApplied(t, last)
-	if got := fe.gauge("pilotwire_ads_bootstrap_snapshot_seq"); got != 0 {
-		t.Fatalf("started from snapshot %v, want the stream", got)
-	}
-	if got := fe.gauge("pilotwire_ads_snapshot_unusable_total"); got != 1 {
-		t.Fatalf("pilotwire_ads_snapshot_unusable_total = %v, want 1", got)
-	}
-	got := fetchConfig(ctx, t, fe.addr, &core.Node{Id: "sidecar~10.0.0.1~a-0.default~default.svc.cluster.local"})
-	if n := len(got[resource.EndpointType].GetResources()); n != 1 {
-		t.Fatalf("%d load assignments, want the one of shop/cart", n)
-	}
-}
-
-// TestFrontendIgnoresASnapshotAheadOfTheStream: a snapshot whose sequence
-// is past the change stream's last one (the stream re-created under an old
-// bucket) is logged, counted and skipped. Before, the frontend took the
-// snapshot's sequence as applied and consumed from the one after it, so it
-// never applied the stream's records and served an empty mesh.
-func TestFrontendIgnoresASnapshotAheadOfTheStream(t *testing.T) {
-	f := startFrontend(t, nil)
-	ctx, cancel := context.WithTimeout(context.Background(), testutil.DefaultTimeout)
-	defer cancel()
-	f.publish(t, pb.Op_OP_ADD, "", "Service", service("shop", "cart", 80))
-	last := f.publish(t, pb.Op_OP_ADD, "discovery.k8s.io", "EndpointSlice", slice("shop", "cart", 8080, "10.1.0.1"))
-	if _, err := snapshot.Ensure(ctx, f.js, f.names, bus.StreamOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	os, err := f.js.ObjectStore(ctx, f.names.SnapshotBucket())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ahead := last + 100
-	if _, err := os.Put(ctx, jetstream.ObjectMeta{
-		Name:     fmt.Sprintf("changes-%020d", ahead),
-		Metadata: map[string]string{"seq": fmt.Sprint(ahead), "time": time.Now().UTC().Format(time.RFC3339Nano), "objects": "0"},
-	}, strings.NewReader("PWSNAP1\n")); err != nil {
-		t.Fatal(err)
-	}
-
-	fe := runFrontend(t, f.url, "fe-ahead", nil)
-	fe.waitApplied(t, last)
-	if got := fe.gauge("pilotwire_ads_bootstrap_snapshot_seq"); got != 0 {
-		t.Fatalf("started from snapshot %v, want the stream", got)
-	}
-	if got := fe.gauge("pilotwire_ads_snapshot_unusable_total"); got != 1 {
-		t.Fatalf("pilotwire_ads_snapshot_unusable_total = %v, want 1", got)
-	}
-	got := fetchConfig(ctx, t, fe.addr, &core.Node{Id: "sidecar~10.0.0.1~a-0.default~default.svc.cluster.local"})
-	if n := len(got[resource.EndpointType].GetResources()); n != 1 {
-		t.Fatalf("%d load assignments, want the one of shop/cart", n)
+			fe := runFrontend(t, f.url, "fe-"+tc.name, nil)
+			fe.waitApplied(t, last)
+			if got := fe.gauge("pilotwire_ads_bootstrap_snapshot_seq"); got != 0 {
+				t.Fatalf("started from snapshot %v, want the stream", got)
+			}
+			if got := fe.gauge("pilotwire_ads_snapshot_unusable_total"); got != 1 {
+				t.Fatalf("pilotwire_ads_snapshot_unusable_total = %v, want 1", got)
+			}
+			got := fetchConfig(ctx, t, fe.addr, &core.Node{Id: "sidecar~10.0.0.1~a-0.default~default.svc.cluster.local"})
+			if n := len(got[resource.EndpointType].GetResources()); n != 1 {
+				t.Fatalf("%d load assignments, want the one of shop/cart", n)
+			}
+		})
 	}
 }

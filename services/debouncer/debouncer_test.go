@@ -35,6 +35,22 @@ type instance struct {
 	stop   func() error // ends the instance and returns Run's error; idempotent
 }
 
+// activeDebouncer starts a NATS server with the streams and one debouncer,
+// "a", debouncing after the given quiet time, and waits until it is
+// active. It returns the server's URL, a JetStream context, the debounce
+// config (for more instances) and the instance.
+func activeDebouncer(t *testing.T, after time.Duration) (string, jetstream.JetStream, debounce.Config, *instance) {
+	t.Helper()
+	url := natstest.Start(t)
+	_, js := natstest.Connect(t, url)
+	setupStreams(t, js)
+	dcfg := debounce.DefaultConfig()
+	dcfg.DebounceAfter = after
+	a := startDebouncer(t, url, "a", dcfg)
+	testutil.Eventually(t, "a active", a.leader)
+	return url, js, dcfg, a
+}
+
 // startDebouncer runs one debouncer instance with its own connection.
 func startDebouncer(t *testing.T, url, id string, dcfg debounce.Config) *instance {
 	t.Helper()

@@ -5,9 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pilotwire/pilotwire/internal/testkit/natstest"
 	"github.com/pilotwire/pilotwire/internal/testkit/testutil"
-	"github.com/pilotwire/pilotwire/pkg/debounce"
 )
 
 // TestIteratorEndRestartsWork (issue 12 row 4): when the consumer is
@@ -15,15 +13,9 @@ import (
 // instance must restart its work (and so consume again), not keep the
 // lease doing nothing.
 func TestIteratorEndRestartsWork(t *testing.T) {
-	url := natstest.Start(t)
-	_, js := natstest.Connect(t, url)
-	setupStreams(t, js)
+	_, js, _, a := activeDebouncer(t, 20*time.Millisecond)
 	ctx, cancel := context.WithTimeout(context.Background(), testutil.DefaultTimeout)
 	defer cancel()
-	dcfg := debounce.DefaultConfig()
-	dcfg.DebounceAfter = 20 * time.Millisecond
-	a := startDebouncer(t, url, "a", dcfg)
-	testutil.Eventually(t, "a active", a.leader)
 	publishChange(ctx, t, js, 0, false)
 	waitPublished(ctx, t, js)
 	waitCovered(t, js, 1)

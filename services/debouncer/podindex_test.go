@@ -10,9 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/pilotwire/pilotwire/internal/testkit/natstest"
 	"github.com/pilotwire/pilotwire/internal/testkit/testutil"
-	"github.com/pilotwire/pilotwire/pkg/debounce"
 	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
 )
 
@@ -79,15 +77,9 @@ func hasServiceKey(pr *pb.PushRequest, ns, name string) bool {
 // changed after the floor the new instance resumes from is replayed, not
 // read twice.
 func TestPodLabelChangeAfterRestart(t *testing.T) {
-	url := natstest.Start(t)
-	_, js := natstest.Connect(t, url)
-	setupStreams(t, js)
+	url, js, dcfg, a := activeDebouncer(t, 10*time.Millisecond)
 	ctx, cancel := context.WithTimeout(context.Background(), testutil.DefaultTimeout)
 	defer cancel()
-	dcfg := debounce.DefaultConfig()
-	dcfg.DebounceAfter = 10 * time.Millisecond
-	a := startDebouncer(t, url, "a", dcfg)
-	testutil.Eventually(t, "a active", a.leader)
 
 	sliceRef := func(name string) *pb.ObjectRef {
 		return &pb.ObjectRef{Group: "discovery.k8s.io", Version: "v1", Kind: "EndpointSlice", Namespace: "ns", Name: name}
@@ -131,15 +123,9 @@ func TestPodLabelChangeAfterRestart(t *testing.T) {
 // TestIndexRebuildIsBounded: a rebuild stops after --index-rebuild-max
 // records, says so (metric), and the term runs on with what it read.
 func TestIndexRebuildIsBounded(t *testing.T) {
-	url := natstest.Start(t)
-	_, js := natstest.Connect(t, url)
-	setupStreams(t, js)
+	url, js, dcfg, a := activeDebouncer(t, 10*time.Millisecond)
 	ctx, cancel := context.WithTimeout(context.Background(), testutil.DefaultTimeout)
 	defer cancel()
-	dcfg := debounce.DefaultConfig()
-	dcfg.DebounceAfter = 10 * time.Millisecond
-	a := startDebouncer(t, url, "a", dcfg)
-	testutil.Eventually(t, "a active", a.leader)
 	ref := func(name string) *pb.ObjectRef {
 		return &pb.ObjectRef{Group: "discovery.k8s.io", Version: "v1", Kind: "EndpointSlice", Namespace: "ns", Name: name}
 	}

@@ -7,9 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pilotwire/pilotwire/internal/testkit/natstest"
 	"github.com/pilotwire/pilotwire/internal/testkit/testutil"
-	"github.com/pilotwire/pilotwire/pkg/debounce"
 )
 
 // TestTakeOverFailureDoesNotReplayHistory (issue 12 row 3): the new holder
@@ -17,15 +15,9 @@ import (
 // that gap). The next holder must still start from the floor, not replay
 // the whole change stream.
 func TestTakeOverFailureDoesNotReplayHistory(t *testing.T) {
-	url := natstest.Start(t)
-	_, js := natstest.Connect(t, url)
-	setupStreams(t, js)
+	url, js, dcfg, a := activeDebouncer(t, 20*time.Millisecond)
 	ctx, cancel := context.WithTimeout(context.Background(), testutil.DefaultTimeout)
 	defer cancel()
-	dcfg := debounce.DefaultConfig()
-	dcfg.DebounceAfter = 20 * time.Millisecond
-	a := startDebouncer(t, url, "a", dcfg)
-	testutil.Eventually(t, "a active", a.leader)
 	const n = 200
 	for i := range n {
 		publishChange(ctx, t, js, i, false)

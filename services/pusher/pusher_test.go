@@ -200,16 +200,26 @@ func runPusher(t testing.TB, url string, cfg Config) *harness {
 // (nil fault: the plain JetStream context).
 func runPusherFault(t testing.TB, url string, cfg Config, bucket string, fault func(jetstream.KeyValue) jetstream.KeyValue) *harness {
 	t.Helper()
+	if fault == nil {
+		return runPusherHooks(t, url, cfg, nil)
+	}
+	return runPusherHooks(t, url, cfg, &natstest.Hooks{KeyValue: func(kv jetstream.KeyValue) jetstream.KeyValue {
+		if kv.Bucket() != bucket {
+			return kv
+		}
+		return fault(kv)
+	}})
+}
+
+// runPusherHooks runs one pusher instance whose JetStream context goes
+// through hooks (nil: the plain one).
+func runPusherHooks(t testing.TB, url string, cfg Config, hooks *natstest.Hooks) *harness {
+	t.Helper()
 	nc, js := natstest.Connect(t, url)
 	h := &harness{url: url, nc: nc, js: js, reg: prometheus.NewRegistry()}
 	pjs := js
-	if fault != nil {
-		pjs = natstest.Wrap(js, natstest.Hooks{KeyValue: func(kv jetstream.KeyValue) jetstream.KeyValue {
-			if kv.Bucket() != bucket {
-				return kv
-			}
-			return fault(kv)
-		}})
+	if hooks != nil {
+		pjs = natstest.Wrap(js, *hooks)
 	}
 	cfg.Common = svc.Common{NATSURL: url, Prefix: "pw"}
 	if cfg.ID == "" {

@@ -147,7 +147,16 @@ func Run(ctx context.Context, cfg Config, d svc.Deps) error {
 			}
 			mu.Unlock()
 		}()
-		return runActive(ctx, leaseCtx, cfg, names, pushes, kv, m, d)
+		// An error ends the term, not the service: it is logged and
+		// counted, the lease is given up (a standby may take over at once)
+		// and this instance campaigns again, so a failure while the cluster
+		// elects leaders (a consumer not created in time) costs one term.
+		err := runActive(ctx, leaseCtx, cfg, names, pushes, kv, m, d)
+		if err != nil && ctx.Err() == nil && leaseCtx.Err() == nil {
+			m.restarts.Inc()
+			d.Log.Error("active work failed: giving up the lease and starting again", "err", err)
+		}
+		return nil
 	})
 }
 

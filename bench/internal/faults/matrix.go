@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -207,6 +208,11 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		}
 		m, total, last, cerr := s.converge(ctx, int64(i+2)) // target ids from 1: a proxy's zero match id means none
 		row.Matched, row.Total = m, total
+		// A service that exited on its own is the first thing to read
+		// about (the harness restarts only what it killed).
+		if gone := s.exited(); gone != "" {
+			row.Err = strings.TrimSuffix(gone+"; "+row.Err, "; ")
+		}
 		if cerr != nil && row.Err == "" {
 			row.Err = cerr.Error()
 		}

@@ -36,6 +36,18 @@ type system struct {
 	fleets     []*loadgen.Fleet
 }
 
+// exited names the service processes that are not running, with their
+// logs ("" when all are).
+func (s *system) exited() string {
+	var gone []string
+	for _, p := range s.all() {
+		if !p.alive() {
+			gone = append(gone, fmt.Sprintf("%s exited (see %s)", p.name, p.logPath))
+		}
+	}
+	return strings.Join(gone, "; ")
+}
+
 // service builds a service process; natsURL is its NATS URL list.
 func (s *system) service(bin, id, natsURL string, extra ...string) *proc {
 	http := s.pt.take()

@@ -1,0 +1,58 @@
+package pusher
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/pilotwire/pilotwire/internal/testkit/natstest"
+	"github.com/pilotwire/pilotwire/internal/testkit/testutil"
+	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
+)
+
+// failingConsumerStream is a PUSHES stream whose consumer creation fails
+// while fails is above zero, as it does while the stream or the meta
+// leader is being elected after a NATS node is lost.
+type failingConsumerStream struct {
+	jetstream.Stream
+	fails *atomic.Int32
+}
+
+func (s failingConsumerStream) CreateOrUpdateConsumer(ctx context.Context, cfg jetstream.ConsumerConfig) (jetstream.Consumer, error) {
+	if s.fails.Add(-1) >= 0 {
+		return nil, context.DeadlineExceeded
+	}
+	return s.Stream.CreateOrUpdateConsumer(ctx, cfg)
+}
+
+// TestActiveWorkFailureStartsAgain (CI fault matrix, stop 21): a failure
+// of the active pusher's work (its consumer could not be created in time
+// while the cluster elected leaders) ends the term, not the process. It is
+// logged and counted, the lease is given up, and the pusher campaigns
+// again and pushes. Before the fix Run returned the error and the service
+// exited, so with every pusher gone no proxy was ever pushed again.
+func TestActiveWorkFailureStartsAgain(t *testing.T) {
+	url := natstest.Start(t)
+	var fails atomic.Int32
+	fails.Store(2)
+	p := runPusherHooks(t, url, Config{ID: "pa", LeaseTTL: 600 * time.Millisecond, FrontendTimeout: time.Minute}, &natstest.Hooks{
+		Stream: func(s jetstream.Stream) jetstream.Stream {
+			if s.CachedInfo().Config.Name != names.PushesStream() {
+				return s
+			}
+			return failingConsumerStream{Stream: s, fails: &fails}
+		},
+	})
+	testutil.Eventually(t, "active after the failed terms", func() bool { return p.metric("pilotwire_pusher_leader") == 1 })
+	if got := p.metric("pilotwire_pusher_restarts_total"); got != 2 {
+		t.Errorf("pilotwire_pusher_restarts_total = %v, want 2 (one per failed term)", got)
+	}
+	fe := newFrontend(t, url, "fe-1")
+	fe.register("c", 0)
+	testutil.Eventually(t, "the connection known", func() bool { return p.metric("pilotwire_pusher_connections") == 1 })
+	p.push(t, &pb.PushRequest{Full: true, ThroughSeq: 4})
+	testutil.Eventually(t, "pushed", func() bool { return equal(fe.ordersFor("c"), []uint64{4}) })
+}

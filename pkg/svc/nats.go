@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -64,4 +65,22 @@ func Connect(ctx context.Context, url, name string, auth NATSAuth, log *slog.Log
 		return nil, nil, fmt.Errorf("jetstream on %s: %w", shown, err)
 	}
 	return nc, js, nil
+}
+
+var reconnectMu sync.Mutex
+
+// OnReconnect runs f, on nats.go's callback goroutine, each time nc is
+// re-established, after the handler nc already had (Connect's log line).
+// f must not block. Handlers cannot be removed: register once per process
+// part, not per term.
+func OnReconnect(nc *nats.Conn, f func()) {
+	reconnectMu.Lock()
+	defer reconnectMu.Unlock()
+	prev := nc.ReconnectHandler()
+	nc.SetReconnectHandler(func(c *nats.Conn) {
+		if prev != nil {
+			prev(c)
+		}
+		f()
+	})
 }

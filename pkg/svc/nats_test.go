@@ -7,11 +7,13 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
 	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/pilotwire/pilotwire/internal/testkit/natstest"
 	"github.com/pilotwire/pilotwire/internal/testkit/testutil"
 	"github.com/pilotwire/pilotwire/pkg/svc"
 )
@@ -67,5 +69,30 @@ func TestConnectRedactsURL(t *testing.T) {
 		if !strings.Contains(s, "alice") {
 			t.Errorf("the %s does not name the user: %s", what, s)
 		}
+	}
+}
+
+// TestOnReconnectKeepsTheLogLine: a handler added with OnReconnect runs
+// when the connection is re-established, after Connect's own (its log
+// line is still written).
+func TestOnReconnectKeepsTheLogLine(t *testing.T) {
+	c := natstest.StartCluster(t, natstest.ClusterOptions{})
+	var logs syncBuffer
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	failures := prometheus.NewCounter(prometheus.CounterOpts{Name: "f", Help: "f"})
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.DefaultTimeout)
+	defer cancel()
+	nc, _, err := svc.Connect(ctx, c.URL(0), "test", svc.NATSAuth{}, log, failures)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	var calls atomic.Int32
+	svc.OnReconnect(nc, func() { calls.Add(1) })
+	svc.OnReconnect(nc, func() { calls.Add(10) })
+	c.Stop(0) // nc reconnects to another node it learnt of
+	testutil.Eventually(t, "both handlers ran", func() bool { return calls.Load() == 11 })
+	if !strings.Contains(logs.String(), "nats reconnected") {
+		t.Errorf("Connect's reconnect log line is gone; logs:\n%s", logs.String())
 	}
 }

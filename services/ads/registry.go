@@ -32,6 +32,12 @@ type registry struct {
 	connCount func() int
 	applied   func() uint64
 	pushRate  func() float64              // orders completed per busy second (nil: unknown)
+	// reconnects counts the NATS connection's reconnects (nil: none);
+	// kick, when the connection is back, writes the heartbeat at once so
+	// the pusher learns of it (and resyncs the orders that were lost)
+	// without waiting for the next interval.
+	reconnects func() uint64
+	kick       chan struct{}
 	all       func() []*pb.ConnectionInfo // every connection's latest view
 	// ownConns prefixes the ids of this process's connections (its
 	// incarnation); removeStale leaves their entries alone.
@@ -102,7 +108,17 @@ func (r *registry) heartbeats(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-r.kick:
 		}
+	}
+}
+
+// reconnected is the NATS connection's reconnect handler: it must not
+// block.
+func (r *registry) reconnected() {
+	select {
+	case r.kick <- struct{}{}:
+	default:
 	}
 }
 
@@ -123,6 +139,9 @@ func (r *registry) heartbeat(ctx context.Context, rev uint64) uint64 {
 	fe.Cores = int32(runtime.GOMAXPROCS(0))
 	if r.pushRate != nil {
 		fe.PushRate = r.pushRate()
+	}
+	if r.reconnects != nil {
+		fe.NatsReconnects = r.reconnects()
 	}
 	b, err := proto.Marshal(fe)
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	resource "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/pilotwire/pilotwire/internal/testkit/natstest"
 	"github.com/pilotwire/pilotwire/internal/testkit/testutil"
@@ -146,4 +147,39 @@ func TestStaleRemovalKeepsThisProcessConnections(t *testing.T) {
 	if got, want := connKeys(t, kv, "fe-x"), []string{bus.ConnKey("fe-x", "fe-x-new-1")}; !slices.Equal(got, want) {
 		t.Fatalf("entries left %v, want %v", got, want)
 	}
+}
+
+// TestReconnectWritesTheHeartbeatAtOnce: when the frontend's NATS
+// connection comes back, its heartbeat is written at once and counts the
+// reconnect, so the pusher resyncs the orders that reached nobody while it
+// was away (services/pusher TestOrdersLostWhileAFrontendWasAwayAreResent)
+// without waiting for the next heartbeat, here an hour away.
+func TestReconnectWritesTheHeartbeatAtOnce(t *testing.T) {
+	url := natstest.Start(t)
+	f := runFrontend(t, url, "fe-rc", func(c *Config) { c.HeartbeatInterval = time.Hour })
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.DefaultTimeout)
+	defer cancel()
+	kv, err := f.js.KeyValue(ctx, f.names.RegistryBucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	reconnects := func() (uint64, bool) {
+		e, err := kv.Get(ctx, bus.FrontendKey("fe-rc"))
+		if err != nil {
+			return 0, false
+		}
+		info := &pb.FrontendInfo{}
+		if err := proto.Unmarshal(e.Value(), info); err != nil {
+			t.Fatal(err)
+		}
+		return info.GetNatsReconnects(), true
+	}
+	testutil.Eventually(t, "the first heartbeat", func() bool { _, ok := reconnects(); return ok })
+	if n, _ := reconnects(); n != 0 {
+		t.Fatalf("nats_reconnects = %d before any reconnect", n)
+	}
+	if err := f.nc.ForceReconnect(); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, "a heartbeat counting the reconnect", func() bool { n, _ := reconnects(); return n == 1 })
 }

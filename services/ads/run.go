@@ -118,6 +118,12 @@ func Run(ctx context.Context, cfg Config, d svc.Deps) error {
 		applied:   gate.get,
 		pushRate:  func() float64 { return s.orders.meter.sample(time.Now()) },
 		all:       s.connInfos,
+		kick:      make(chan struct{}, 1),
+	}
+	if d.NC != nil {
+		nc := d.NC
+		s.registry.reconnects = func() uint64 { return nc.Stats().Reconnects }
+		svc.OnReconnect(nc, s.registry.reconnected)
 	}
 
 	// The model first: no stream is served from a model that is behind the

@@ -93,7 +93,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "pilotwire_pusher_oversized_orders_total", Help: "Push orders past the max payload, sent as full pushes without their config keys.",
 		}),
 		lost: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "pilotwire_pusher_lost_pushes_total", Help: "Push orders lost, by reason (timeout, send, failed): the connection is resynced after a backoff.",
+			Name: "pilotwire_pusher_lost_pushes_total", Help: "Push orders lost, by reason (timeout, send, failed, frontend_reconnected, pusher_reconnected): the connection is resynced after a backoff.",
 		}, []string{"reason"}),
 		resyncs: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "pilotwire_pusher_resyncs_total", Help: "Catch-up pushes queued for connections behind the latest PushRequest.",

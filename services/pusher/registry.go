@@ -3,6 +3,7 @@ package pusher
 import (
 	"context"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -65,19 +66,18 @@ func (p *Pusher) applyEntry(e jetstream.KeyValueEntry) {
 	}
 	deleted := e.Operation() != jetstream.KeyValuePut
 	now := p.now()
-	var done *inflight // an order the entry shows completed
+	var freed []*inflight // orders the entry shows completed, or lost
 	p.mu.Lock()
 	defer func() {
 		p.mu.Unlock()
-		if done != nil {
-			p.markDone(done.frontend, done.conn)
-		}
+		p.markDoneAll(freed)
 	}()
 	switch kind {
 	case bus.FrontendKeyKind:
 		if deleted {
 			p.forgetFrontendLocked(fe)
 			delete(p.feRevs, fe)
+			delete(p.feReconnects, fe)
 			return
 		}
 		p.feRevs[fe] = e.Revision()
@@ -97,6 +97,10 @@ func (p *Pusher) applyEntry(e jetstream.KeyValueEntry) {
 			delete(p.forgotten, fe)
 			p.relearn[fe] = true
 		}
+		if seen, ok := p.feReconnects[fe]; ok && info.GetNatsReconnects() > seen {
+			freed = p.reconnectedLocked(fe)
+		}
+		p.feReconnects[fe] = info.GetNatsReconnects()
 		p.frontends[fe] = now
 		p.m.frontends.Set(float64(len(p.frontends)))
 		p.queues.setCapacity(fe, info)
@@ -144,10 +148,59 @@ func (p *Pusher) applyEntry(e jetstream.KeyValueEntry) {
 			// has not come: free the throttle slot now (issue 12 row 9).
 			p.endLocked(c.pushID, f)
 			p.m.registryDones.Inc()
-			done = f
+			freed = append(freed, f)
 		}
 		p.catchUpLocked(conn, c)
 	}
+}
+
+// reconnectedLocked ends every order in flight to a frontend whose NATS
+// connection was re-established: one published while it was away reached
+// nobody, and its done will never come. Each connection is resynced after
+// its backoff (as for any lost push) instead of waiting out the push
+// timeout; an order that did arrive costs a repeated order, which sends
+// nothing new. It returns the ended orders, whose throttle slots the
+// caller frees.
+func (p *Pusher) reconnectedLocked(fe string) []*inflight {
+	lost := p.loseInFlightLocked(fe, "frontend_reconnected")
+	if len(lost) > 0 {
+		p.log.Info("frontend reconnected to NATS: resyncing its orders in flight", "frontend", fe, "orders", len(lost))
+	}
+	return lost
+}
+
+// reconnected runs when the pusher's own NATS connection is back: orders
+// written to the old connection may never have left it, and dones sent
+// meanwhile reached nobody, so everything in flight is resynced as lost.
+// A done the frontend's registry entry shows is not needed for that; one
+// that did arrive costs a repeated order.
+func (p *Pusher) reconnected() {
+	p.mu.Lock()
+	lost := p.loseInFlightLocked("", "pusher_reconnected")
+	p.mu.Unlock()
+	if len(lost) > 0 {
+		p.log.Info("NATS connection re-established: resyncing every order in flight", "orders", len(lost))
+	}
+	p.markDoneAll(lost)
+}
+
+// loseInFlightLocked ends the orders in flight to frontend fe (every
+// frontend: "") as lost for reason why, and returns them; the caller frees
+// their throttle slots.
+func (p *Pusher) loseInFlightLocked(fe, why string) []*inflight {
+	var lost []*inflight
+	for id, f := range p.inflight {
+		if fe != "" && f.frontend != fe {
+			continue
+		}
+		p.endLocked(id, f)
+		lost = append(lost, f)
+		if c := p.conns[f.conn]; c != nil {
+			p.resyncLaterLocked(c, why)
+		}
+	}
+	slices.SortFunc(lost, func(a, b *inflight) int { return strings.Compare(a.frontend, b.frontend) })
+	return lost
 }
 
 // sameWatches reports whether two entries of a connection watch the same

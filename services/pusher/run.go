@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -75,13 +76,16 @@ type Pusher struct {
 	// feRevs: the registry revision of each frontend's entry last seen;
 	// cleanups: the registry entries of forgotten frontends still to
 	// remove (cleanFrontends).
-	feRevs     map[string]uint64
-	cleanups   map[string]*cleanup
-	conns      map[string]*connState
-	latest     uint64 // through_seq of the latest PushRequest
-	synced     bool   // registry's initial values are loaded
-	inflight   map[uint64]*inflight
-	lastPushID uint64
+	feRevs   map[string]uint64
+	cleanups map[string]*cleanup
+	// feReconnects: each frontend's count of NATS reconnects last seen
+	// in its heartbeat (FrontendInfo.nats_reconnects)
+	feReconnects map[string]uint64
+	conns        map[string]*connState
+	latest       uint64 // through_seq of the latest PushRequest
+	synced       bool   // registry's initial values are loaded
+	inflight     map[uint64]*inflight
+	lastPushID   uint64
 	// aheadSince: when the periodic check first saw a request newer than
 	// any delivered (zero: none)
 	aheadSince time.Time
@@ -130,6 +134,16 @@ func Run(ctx context.Context, cfg Config, d svc.Deps) error {
 		}
 	})
 	defer stopIfIdle()
+	// The active term's pusher, for the reconnect handler (registered
+	// once: nats.go's handlers cannot be removed).
+	var current atomic.Pointer[Pusher]
+	if d.NC != nil {
+		svc.OnReconnect(d.NC, func() {
+			if p := current.Load(); p != nil {
+				p.reconnected()
+			}
+		})
+	}
 	return el.Run(elCtx, func(leaseCtx context.Context) error {
 		mu.Lock()
 		if ctx.Err() != nil {
@@ -151,7 +165,7 @@ func Run(ctx context.Context, cfg Config, d svc.Deps) error {
 		// counted, the lease is given up (a standby may take over at once)
 		// and this instance campaigns again, so a failure while the cluster
 		// elects leaders (a consumer not created in time) costs one term.
-		err := runActive(ctx, leaseCtx, cfg, names, pushes, kv, m, d)
+		err := runActive(ctx, leaseCtx, cfg, names, pushes, kv, m, d, &current)
 		if err != nil && ctx.Err() == nil && leaseCtx.Err() == nil {
 			m.restarts.Inc()
 			d.Log.Error("active work failed: giving up the lease and starting again", "err", err)
@@ -165,25 +179,26 @@ func Run(ctx context.Context, cfg Config, d svc.Deps) error {
 // It ends when leaseCtx does (the lease is lost: stop at once) or when ctx
 // does (shutdown: drain what is queued, within DrainTimeout, still holding
 // the lease).
-func runActive(ctx, leaseCtx context.Context, cfg Config, names bus.Names, pushes jetstream.Stream, kv jetstream.KeyValue, m *metrics, d svc.Deps) error {
+func runActive(ctx, leaseCtx context.Context, cfg Config, names bus.Names, pushes jetstream.Stream, kv jetstream.KeyValue, m *metrics, d svc.Deps, current *atomic.Pointer[Pusher]) error {
 	p := &Pusher{
-		pushes:    pushes,
-		cfg:       cfg,
-		names:     names,
-		nc:        d.NC,
-		kv:        kv,
-		log:       d.Log.With("pusher", cfg.ID),
-		m:         m,
-		now:       time.Now,
-		maxBytes:  maxBatchBytes(cfg, d.NC),
-		leaseRev:  lease.Revision(leaseCtx),
-		frontends: make(map[string]time.Time),
-		forgotten: make(map[string]time.Time),
-		relearn:   make(map[string]bool),
-		feRevs:    make(map[string]uint64),
-		cleanups:  make(map[string]*cleanup),
-		conns:     make(map[string]*connState),
-		inflight:  make(map[uint64]*inflight),
+		pushes:       pushes,
+		cfg:          cfg,
+		names:        names,
+		nc:           d.NC,
+		kv:           kv,
+		log:          d.Log.With("pusher", cfg.ID),
+		m:            m,
+		now:          time.Now,
+		maxBytes:     maxBatchBytes(cfg, d.NC),
+		leaseRev:     lease.Revision(leaseCtx),
+		frontends:    make(map[string]time.Time),
+		forgotten:    make(map[string]time.Time),
+		relearn:      make(map[string]bool),
+		feRevs:       make(map[string]uint64),
+		feReconnects: make(map[string]uint64),
+		cleanups:     make(map[string]*cleanup),
+		conns:        make(map[string]*connState),
+		inflight:     make(map[uint64]*inflight),
 	}
 	cons, err := pushes.CreateOrUpdateConsumer(leaseCtx, jetstream.ConsumerConfig{
 		Durable:       names.PusherConsumer(cfg.Shard),
@@ -233,6 +248,8 @@ func runActive(ctx, leaseCtx context.Context, cfg Config, names bus.Names, pushe
 	bg, cancelBG := context.WithCancel(context.Background())
 	defer cancelBG()
 	p.queues = newFrontendQueues(bg, cfg.Throttle, cfg.PushWindow, p.dispatch)
+	current.Store(p)
+	defer current.CompareAndSwap(p, nil)
 	start := func(f func(context.Context)) {
 		wg.Add(1)
 		go func() { defer wg.Done(); f(bg) }()
@@ -509,12 +526,19 @@ func (p *Pusher) syncedLocked(c *connState, seq uint64) {
 // is resynced after its backoff, which doubles up to ResyncMax each time,
 // for as long as it stays behind (issue 12 row 9).
 func (p *Pusher) lostLocked(conn string, c *connState, why string) {
+	wait := p.resyncLaterLocked(c, why)
+	p.log.Warn("push lost, resyncing after a backoff", "conn", conn, "reason", why, "backoff", wait)
+}
+
+// resyncLaterLocked is lostLocked without the log line, for callers that
+// lose many orders at once and log them in one line.
+func (p *Pusher) resyncLaterLocked(c *connState, why string) time.Duration {
 	c.queued, c.reorder = 0, true
 	wait := max(c.backoff, p.cfg.ResyncInterval)
 	c.resyncAt = p.now().Add(wait)
 	c.backoff = min(2*wait, p.cfg.ResyncMax)
 	p.m.lost.WithLabelValues(why).Inc()
-	p.log.Warn("push lost, resyncing after a backoff", "conn", conn, "reason", why, "backoff", wait)
+	return wait
 }
 
 func (p *Pusher) forgetConnLocked(conn string) {

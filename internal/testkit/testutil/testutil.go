@@ -3,10 +3,12 @@
 package testutil
 
 import (
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 )
 
 // The two timeouts of pilotwire's tests, declared once.
@@ -38,8 +40,21 @@ func Eventually(t testing.TB, what string, cond func() bool) {
 }
 
 // Metric sums the values of every counter, gauge or untyped series named
-// name in g (0 when there is none).
+// name in g (0 when there is none). name may end in a selector,
+// `name{label="value",...}`: then only the series carrying every one of
+// those labels count.
 func Metric(g prometheus.Gatherer, name string) float64 {
+	want := map[string]string{}
+	if i := strings.IndexByte(name, '{'); i >= 0 && strings.HasSuffix(name, "}") {
+		for _, kv := range strings.Split(name[i+1:len(name)-1], ",") {
+			k, v, ok := strings.Cut(kv, "=")
+			if !ok {
+				panic("testutil.Metric: bad selector " + name)
+			}
+			want[strings.TrimSpace(k)] = strings.Trim(strings.TrimSpace(v), `"`)
+		}
+		name = name[:i]
+	}
 	mfs, err := g.Gather()
 	if err != nil {
 		return 0
@@ -50,8 +65,24 @@ func Metric(g prometheus.Gatherer, name string) float64 {
 			continue
 		}
 		for _, m := range mf.GetMetric() {
+			if !hasLabels(m.GetLabel(), want) {
+				continue
+			}
 			total += m.GetCounter().GetValue() + m.GetGauge().GetValue() + m.GetUntyped().GetValue()
 		}
 	}
 	return total
+}
+
+func hasLabels(have []*dto.LabelPair, want map[string]string) bool {
+	n := 0
+	for _, l := range have {
+		if v, ok := want[l.GetName()]; ok {
+			if v != l.GetValue() {
+				return false
+			}
+			n++
+		}
+	}
+	return n == len(want)
 }

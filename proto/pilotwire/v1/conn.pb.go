@@ -98,9 +98,15 @@ type FrontendInfo struct {
 	// cores, the pusher sizes this frontend's throttle so that what is in
 	// flight keeps it busy without queueing much more than a tenth of a
 	// second of work.
-	PushRate      float64 `protobuf:"fixed64,10,opt,name=push_rate,json=pushRate,proto3" json:"push_rate,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	PushRate float64 `protobuf:"fixed64,10,opt,name=push_rate,json=pushRate,proto3" json:"push_rate,omitempty"`
+	// Times the frontend's NATS connection was re-established since it
+	// started. Push orders published while it was away were lost (core NATS
+	// keeps nothing for an absent subscriber), so a pusher that sees it grow
+	// resyncs the orders it has in flight to this frontend at once instead
+	// of waiting out their push timeout.
+	NatsReconnects uint64 `protobuf:"varint,11,opt,name=nats_reconnects,json=natsReconnects,proto3" json:"nats_reconnects,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *FrontendInfo) Reset() {
@@ -199,6 +205,13 @@ func (x *FrontendInfo) GetCores() int32 {
 func (x *FrontendInfo) GetPushRate() float64 {
 	if x != nil {
 		return x.PushRate
+	}
+	return 0
+}
+
+func (x *FrontendInfo) GetNatsReconnects() uint64 {
+	if x != nil {
+		return x.NatsReconnects
 	}
 	return 0
 }
@@ -701,7 +714,7 @@ var File_pilotwire_v1_conn_proto protoreflect.FileDescriptor
 
 const file_pilotwire_v1_conn_proto_rawDesc = "" +
 	"\n" +
-	"\x17pilotwire/v1/conn.proto\x12\fpilotwire.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xec\x02\n" +
+	"\x17pilotwire/v1/conn.proto\x12\fpilotwire.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x95\x03\n" +
 	"\fFrontendInfo\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12%\n" +
 	"\x0eorders_subject\x18\x02 \x01(\tR\rordersSubject\x12\x19\n" +
@@ -715,7 +728,8 @@ const file_pilotwire_v1_conn_proto_rawDesc = "" +
 	"\bdraining\x18\b \x01(\bR\bdraining\x12\x14\n" +
 	"\x05cores\x18\t \x01(\x05R\x05cores\x12\x1b\n" +
 	"\tpush_rate\x18\n" +
-	" \x01(\x01R\bpushRate\"\xbd\x02\n" +
+	" \x01(\x01R\bpushRate\x12'\n" +
+	"\x0fnats_reconnects\x18\v \x01(\x04R\x0enatsReconnects\"\xbd\x02\n" +
 	"\x05Watch\x12\x19\n" +
 	"\btype_url\x18\x01 \x01(\tR\atypeUrl\x12\x1a\n" +
 	"\bwildcard\x18\x02 \x01(\bR\bwildcard\x12\x14\n" +

@@ -1,0 +1,103 @@
+package pusher
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/pilotwire/pilotwire/internal/testkit/natstest"
+	"github.com/pilotwire/pilotwire/internal/testkit/testutil"
+	"github.com/pilotwire/pilotwire/pkg/bus"
+	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
+)
+
+// heartbeatReconnects writes the frontend's heartbeat saying its NATS
+// connection was re-established n times.
+func (f *fakeFrontend) heartbeatReconnects(n uint64) {
+	b, _ := proto.Marshal(&pb.FrontendInfo{Id: f.id, OrdersSubject: names.OrdersSubject(f.id), NatsReconnects: n})
+	if _, err := f.kv.Put(context.Background(), bus.FrontendKey(f.id), b); err != nil {
+		f.t.Errorf("heartbeat: %v", err)
+	}
+}
+
+// TestOrdersLostWhileAFrontendWasAwayAreResent (CI fault matrix: a NATS
+// node loss once took 28 s): an order published while a frontend's NATS
+// connection was down reaches nobody, and its done never comes. When the
+// frontend's heartbeat says it reconnected, the pusher resyncs what it had
+// in flight to it at once. Before, the connection waited out the push
+// timeout (here ten minutes, so the test timed out).
+func TestOrdersLostWhileAFrontendWasAwayAreResent(t *testing.T) {
+	url := natstest.Start(t)
+	p := runPusher(t, url, Config{ID: "pa", PushTimeout: 10 * time.Minute, FrontendTimeout: time.Minute, ResyncInterval: 10 * time.Millisecond})
+	testutil.Eventually(t, "active", func() bool { return p.metric("pilotwire_pusher_leader") == 1 })
+	fe := newFrontend(t, url, "fe-1")
+	fe.register("c", 0)
+	testutil.Eventually(t, "the connection known", func() bool { return p.metric("pilotwire_pusher_connections") == 1 })
+	p.push(t, &pb.PushRequest{Full: true, ThroughSeq: 1})
+	testutil.Eventually(t, "first push", func() bool { return equal(fe.ordersFor("c"), []uint64{1}) })
+
+	// The frontend's connection drops: its subscription is gone, so the
+	// next order reaches nobody.
+	if err := fe.sub.Unsubscribe(); err != nil {
+		t.Fatal(err)
+	}
+	if err := fe.nc.Flush(); err != nil { // the server has processed it
+		t.Fatal(err)
+	}
+	// A spy on another connection sees when the order has gone by.
+	spyNC, _ := natstest.Connect(t, url)
+	var mu sync.Mutex
+	spied := 0
+	spy, err := spyNC.Subscribe(names.OrdersSubject(fe.id), func(*nats.Msg) { mu.Lock(); spied++; mu.Unlock() })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := spyNC.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	p.push(t, &pb.PushRequest{Full: true, ThroughSeq: 2})
+	testutil.Eventually(t, "the second order gone by", func() bool { mu.Lock(); defer mu.Unlock(); return spied == 1 })
+	if err := spy.Unsubscribe(); err != nil {
+		t.Fatal(err)
+	}
+
+	// Back: subscribed again, and its heartbeat counts the reconnect.
+	if fe.sub, err = fe.nc.Subscribe(names.OrdersSubject(fe.id), fe.handle); err != nil {
+		t.Fatal(err)
+	}
+	fe.heartbeatReconnects(1)
+	testutil.Eventually(t, "the lost order resent", func() bool { return equal(fe.ordersFor("c"), []uint64{1, 2}) })
+	if got := testutil.Metric(p.reg, `pilotwire_pusher_lost_pushes_total{reason="frontend_reconnected"}`); got != 1 {
+		t.Errorf(`lost pushes {reason="frontend_reconnected"} = %v, want 1`, got)
+	}
+}
+
+// TestOrdersInFlightWhenThePusherReconnectsAreResent: when the pusher's own
+// NATS connection is re-established, an order it published just before
+// may have died with the old connection, and a done sent meanwhile reached
+// nobody. It resyncs everything in flight at once rather than waiting out
+// the push timeout.
+func TestOrdersInFlightWhenThePusherReconnectsAreResent(t *testing.T) {
+	url := natstest.Start(t)
+	p := runPusher(t, url, Config{ID: "pa", PushTimeout: 10 * time.Minute, FrontendTimeout: time.Minute, ResyncInterval: 10 * time.Millisecond})
+	testutil.Eventually(t, "active", func() bool { return p.metric("pilotwire_pusher_leader") == 1 })
+	fe := newFrontend(t, url, "fe-1")
+	fe.register("c", 0)
+	testutil.Eventually(t, "the connection known", func() bool { return p.metric("pilotwire_pusher_connections") == 1 })
+	fe.setSilent(true) // its done is lost
+	p.push(t, &pb.PushRequest{Full: true, ThroughSeq: 1})
+	testutil.Eventually(t, "the order delivered, its done lost", func() bool { return equal(fe.ordersFor("c"), []uint64{1}) })
+	fe.setSilent(false)
+	if err := p.nc.ForceReconnect(); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, "the order resent", func() bool { return equal(fe.ordersFor("c"), []uint64{1, 1}) })
+	if got := testutil.Metric(p.reg, `pilotwire_pusher_lost_pushes_total{reason="pusher_reconnected"}`); got != 1 {
+		t.Errorf(`lost pushes {reason="pusher_reconnected"} = %v, want 1`, got)
+	}
+	testutil.Eventually(t, "nothing in flight", func() bool { return p.metric("pilotwire_pusher_in_flight") == 0 })
+}

@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/pilotwire/pilotwire/pkg/meshconfig"
 	"github.com/pilotwire/pilotwire/pkg/model"
 	"github.com/pilotwire/pilotwire/pkg/snapshot"
 	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
@@ -33,8 +34,9 @@ type replayed struct {
 // before at, if there is one, and replays only what follows it; without
 // one, from the stream's first record. It applies the same records, in the
 // same order, to the same pkg/model code as a frontend, which starts from
-// the same snapshots, so the two hold the same objects.
-func replayModel(ctx context.Context, s *session, at point) (*replayed, error) {
+// the same snapshots, so the two hold the same objects. mc is the
+// frontends' mesh config (nil: Istio's defaults, as theirs).
+func replayModel(ctx context.Context, s *session, at point, mc *meshconfig.MeshConfig) (*replayed, error) {
 	stream, err := s.js.Stream(ctx, s.names.ChangesStream())
 	if err != nil {
 		return nil, fmt.Errorf("changes stream: %w", err)
@@ -47,7 +49,9 @@ func replayModel(ctx context.Context, s *session, at point) (*replayed, error) {
 	if at.Seq > st.LastSeq {
 		return nil, fmt.Errorf("%s is past the change stream's last record (%d)", at, st.LastSeq)
 	}
-	store := model.NewStore()
+	// The frontends' mesh config shapes the model (exportTo defaults, the
+	// root namespace, default traffic policy), not only the generators.
+	store := model.NewStore(model.WithMeshConfig(mc))
 	r := &replayed{}
 	var applyRecord func(seq uint64, stored time.Time, data []byte)
 	apply := func(rec snapshot.Record) { applyRecord(rec.Seq, rec.Time, rec.Data) }

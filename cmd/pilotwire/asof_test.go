@@ -86,7 +86,7 @@ func TestRenderFromSnapshot(t *testing.T) {
 			t.Errorf("render --at %s after compaction (-before +after):\n%s", at, diff)
 		}
 	}
-	rep, err := replayModel(ctx, s, point{})
+	rep, err := replayModel(ctx, s, point{}, nil)
 	if err != nil || rep.Snapshot != now {
 		t.Errorf("replay started from snapshot %v (%v), want %d", rep.Snapshot, err, now)
 	}

@@ -338,7 +338,7 @@ resources' versions; -o json or -o yaml prints the resources too.`,
 
 // renderAt replays the model to at and renders the proxy.
 func renderAt(ctx context.Context, s *session, r *resolved, at point, types []string) (*rendering, error) {
-	rep, err := replayModel(ctx, s, at)
+	rep, err := replayModel(ctx, s, at, r.mesh)
 	if err != nil {
 		return nil, err
 	}

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -214,3 +216,44 @@ func TestRenderMatchesFrontend(t *testing.T) {
 }
 
 func itoa(n uint64) string { return strconv.FormatUint(n, 10) }
+
+// TestRenderAppliesTheMeshConfig: render builds the model with the
+// --mesh-config the frontends run with, not only the generators: with
+// defaultServiceExportTo "~" no Service is visible to the proxy, so no
+// outbound cluster of one is rendered. Before the fix the model was built
+// with Istio's defaults whatever the flag said, and the echo and web
+// clusters were rendered.
+func TestRenderAppliesTheMeshConfig(t *testing.T) {
+	_, _, _, s := startMesh(t)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.DefaultTimeout)
+	defer cancel()
+	outbound := func(mc string) []string {
+		t.Helper()
+		pf := proxyFlags{Proxy: adstest.WebNode, MeshConfig: mc}
+		res, err := pf.resolve()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := renderAt(ctx, s, res, point{}, []string{resource.ClusterType})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, r := range out.Types[0].Resources {
+			if strings.HasPrefix(r.Name, "outbound|") {
+				names = append(names, r.Name)
+			}
+		}
+		return names
+	}
+	if got := outbound(""); len(got) == 0 {
+		t.Fatal("with Istio's defaults: no outbound cluster rendered; the test mesh is not what this test expects")
+	}
+	path := filepath.Join(t.TempDir(), "mesh.yaml")
+	if err := os.WriteFile(path, []byte("defaultServiceExportTo: [\"~\"]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got := outbound(path); len(got) != 0 {
+		t.Errorf("with defaultServiceExportTo ~: outbound clusters %v rendered, want none", got)
+	}
+}

@@ -57,6 +57,7 @@ slower than --target is marked MISS (a failure only with --strict-time).`,
 	fs.DurationVar(&o.Restart, "restart-delay", o.Restart, "a killed service is started again after this long")
 	fs.DurationVar(&o.NATSDown, "nats-down", o.NATSDown, "a killed NATS node is started again after this long")
 	fs.DurationVar(&o.Cut, "cut", o.Cut, "how long one frontend is cut from NATS")
+	fs.BoolVar(&o.Direct, "direct", o.Direct, "each third of the proxies dials its own frontend (default: one Service-like address in front of all three)")
 	fs.DurationVar(&o.Target, "target", o.Target, "convergence target per fault")
 	fs.DurationVar(&o.ConvergeTimeout, "converge-timeout", o.ConvergeTimeout, "give up waiting for the proxies after this long")
 	fs.StringVar(&c.out, "out", "", "also write the table to this file")

@@ -46,6 +46,12 @@ type Options struct {
 	Cut time.Duration
 	// Target is the convergence goal per fault; ConvergeTimeout the give-up.
 	Target, ConvergeTimeout time.Duration
+	// Direct makes each third of the proxies dial its own frontend's
+	// address, so a killed frontend's proxies wait for its restart through
+	// their backoff. By default they dial one address in front of all
+	// three (a Service: a connection goes to the next frontend that
+	// accepts it), and reconnect to the others.
+	Direct bool
 	// Progress receives a line per step.
 	Progress io.Writer
 }
@@ -153,6 +159,11 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		"every service logs in as its own NATS user with only the subjects pkg/bus grants it (the accounts block of deploy/nats/accounts.conf, with the matrix's ids)")
 	if s.cut, err = newCutProxy(s.pt.take(), s.cl.clientAddrs()); err != nil {
 		return nil, err
+	}
+	if o.Direct {
+		res.Notes = append(res.Notes, "each third of the proxies dials its own frontend's address (--direct): a killed frontend's proxies wait for its restart through their backoff")
+	} else {
+		res.Notes = append(res.Notes, "the proxies dial one address in front of the three frontends, as a Kubernetes Service: a new connection goes to the next frontend in turn that accepts it (--direct: each dials its own)")
 	}
 	ch, err := newChurn(s.dir, o.Mesh, o.AddEvery)
 	if err != nil {
@@ -445,7 +456,10 @@ func matrix(o Options) []fault {
 		}},
 		{"kill -9 one ADS frontend", func(ctx context.Context, s *system, ph *phase) (time.Time, string, error) {
 			at, err := s.killAndRestart(ctx, s.frontends[0], ph.fe)
-			return at, "fe-1 (a third of the proxies reconnect)", err
+			if s.o.Direct {
+				return at, "fe-1 (a third of the proxies reconnect to it)", err
+			}
+			return at, "fe-1 (its proxies reconnect to the others through the Service address)", err
 		}},
 		{"kill -9 one NATS node", func(ctx context.Context, s *system, _ *phase) (time.Time, string, error) {
 			leader, _ := streamLeader(ctx, s.js, s.names.ChangesStream())

@@ -27,6 +27,7 @@ type system struct {
 
 	cl         *cluster
 	cut        *cutProxy
+	lb         *cutProxy // the proxies' address of the frontends (nil: --direct)
 	nc         *nats.Conn
 	js         jetstream.JetStream
 	ingest     *proc
@@ -114,13 +115,27 @@ func adsAddr(p *proc) string {
 
 // startFleets connects the proxies, spread evenly over the frontends.
 func (s *system) startFleets(ctx context.Context) error {
+	if !s.o.Direct {
+		var addrs []string
+		for _, fe := range s.frontends {
+			addrs = append(addrs, adsAddr(fe))
+		}
+		var err error
+		if s.lb, err = newBalancer(s.pt.take(), addrs); err != nil {
+			return err
+		}
+	}
 	first := 0
 	for i, fe := range s.frontends {
 		n := s.o.Proxies / len(s.frontends)
 		if i < s.o.Proxies%len(s.frontends) {
 			n++
 		}
-		f, err := loadgen.New(loadgen.Options{Addr: adsAddr(fe), Proxies: n, First: first})
+		addr := adsAddr(fe)
+		if s.lb != nil {
+			addr = s.lb.addr()
+		}
+		f, err := loadgen.New(loadgen.Options{Addr: addr, Proxies: n, First: first})
 		if err != nil {
 			return err
 		}
@@ -180,6 +195,9 @@ func (s *system) lastSeq(ctx context.Context, stream string) (uint64, error) {
 func (s *system) stop() {
 	for _, f := range s.fleets {
 		_ = f.Close()
+	}
+	if s.lb != nil {
+		s.lb.close()
 	}
 	for _, p := range s.all() {
 		if p != nil {

@@ -4,6 +4,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -11,10 +12,18 @@ import (
 // and can cut them: while cut it closes every open connection and refuses
 // new ones (accepted and closed at once), as a network partition between
 // one client and every NATS node would.
+//
+// As a balancer (newBalancer) it starts each connection at the next
+// upstream in turn instead of the first, and tries the others in order
+// when that one refuses: a Kubernetes Service in front of the ADS
+// frontends, whose dead or not yet listening pods take no new
+// connections.
 type cutProxy struct {
 	// set at construction
-	ln        net.Listener
-	upstreams []string
+	ln         net.Listener
+	upstreams  []string
+	roundRobin bool
+	next       atomic.Uint64
 
 	// guarded by mu
 	mu    sync.Mutex
@@ -25,14 +34,24 @@ type cutProxy struct {
 }
 
 func newCutProxy(addr string, upstreams []string) (*cutProxy, error) {
+	return listenProxy(addr, upstreams, false)
+}
+
+func listenProxy(addr string, upstreams []string, roundRobin bool) (*cutProxy, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
 	}
-	p := &cutProxy{ln: ln, upstreams: upstreams, conns: make(map[net.Conn]struct{})}
+	p := &cutProxy{ln: ln, upstreams: upstreams, roundRobin: roundRobin, conns: make(map[net.Conn]struct{})}
 	p.wg.Add(1)
 	go p.accept()
 	return p, nil
+}
+
+// newBalancer is a cutProxy that spreads connections over upstreams in
+// turn.
+func newBalancer(addr string, upstreams []string) (*cutProxy, error) {
+	return listenProxy(addr, upstreams, true)
 }
 
 func (p *cutProxy) addr() string { return p.ln.Addr().String() }
@@ -76,7 +95,12 @@ func (p *cutProxy) serve(down net.Conn) {
 	}
 	defer p.untrack(down)
 	var up net.Conn
-	for _, a := range p.upstreams {
+	first := 0
+	if p.roundRobin {
+		first = int(p.next.Add(1)-1) % len(p.upstreams)
+	}
+	for i := range p.upstreams {
+		a := p.upstreams[(first+i)%len(p.upstreams)]
 		c, err := net.DialTimeout("tcp", a, time.Second)
 		if err == nil {
 			up = c

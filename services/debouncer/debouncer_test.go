@@ -62,6 +62,12 @@ func startDebouncer(t *testing.T, url, id string, dcfg debounce.Config) *instanc
 func startWith(t *testing.T, url, id string, mod func(*Config)) *instance {
 	t.Helper()
 	nc, js := natstest.Connect(t, url)
+	return startOn(t, nc, js, url, id, mod)
+}
+
+// startOn runs one debouncer instance on a connection the test opened.
+func startOn(t *testing.T, nc *nats.Conn, js jetstream.JetStream, url, id string, mod func(*Config)) *instance {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	in := &instance{nc: nc, reg: prometheus.NewRegistry(), cancel: cancel, done: make(chan error, 1)}
 	cfg := Config{

@@ -8,6 +8,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/pilotwire/pilotwire/pkg/bus"
 	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
 )
 
@@ -60,7 +61,7 @@ func (a *active) rebuildIndex(ctx context.Context, floor uint64, maxRecords int)
 	var read, slices, pods, later int
 	truncated := false
 	if info.NumPending > 0 {
-		it, err := cons.Messages(jetstream.PullMaxMessages(1024))
+		it, err := cons.Messages(bus.PullMessages(1024)...)
 		if err != nil {
 			return nil, fmt.Errorf("rebuild endpoint index: %w", err)
 		}

@@ -217,7 +217,7 @@ func (a *active) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	it, err := r.cons.Messages(jetstream.PullMaxMessages(1024))
+	it, err := r.cons.Messages(bus.PullMessages(1024)...)
 	if err != nil {
 		return fmt.Errorf("consume changes: %w", err)
 	}

@@ -257,7 +257,7 @@ func runActive(ctx, leaseCtx context.Context, cfg Config, names bus.Names, pushe
 	start(p.watchRegistry)
 	start(p.sweep)
 
-	it, err := cons.Messages(jetstream.PullMaxMessages(64))
+	it, err := cons.Messages(bus.PullMessages(64)...)
 	if err != nil {
 		cancelBG()
 		wg.Wait()

@@ -28,6 +28,13 @@ func Start(t testing.TB) string {
 // adjusts first (users, nkeys, accounts, TLS). It returns the client URL.
 func StartWith(t testing.TB, configure func(*server.Options)) string {
 	t.Helper()
+	return StartServerWith(t, configure).ClientURL()
+}
+
+// StartServerWith is StartWith returning the server, for tests that
+// reload its options (permissions taken away and given back).
+func StartServerWith(t testing.TB, configure func(*server.Options)) *server.Server {
+	t.Helper()
 	opts := &server.Options{
 		ServerName: "pwtest",
 		Host:       "127.0.0.1",
@@ -47,7 +54,7 @@ func StartWith(t testing.TB, configure func(*server.Options)) string {
 	if !s.ReadyForConnections(10 * time.Second) {
 		t.Fatalf("nats server not ready for connections")
 	}
-	return s.ClientURL()
+	return s
 }
 
 // Connect opens a client connection to url, closed at the end of the test.

@@ -1,0 +1,130 @@
+package debouncer
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/pilotwire/pilotwire/internal/testkit/natstest"
+	"github.com/pilotwire/pilotwire/internal/testkit/testutil"
+	"github.com/pilotwire/pilotwire/pkg/debounce"
+	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
+)
+
+// TestLostPullRequestIsReissued (fault matrix, 18:27 run: the debouncer
+// consumed nothing for 30 s of a quiet cluster, then logged "next change:
+// nats: no heartbeat received"): a pull request the server never gets
+// leaves a pull consumer waiting for messages that are not coming until it
+// misses two idle heartbeats. With nats.go's defaults (30 s pulls, 15 s
+// heartbeats) that is 30 s without a push. The test loses one for real:
+// the server refuses the debouncer's next pull (its permission to publish
+// pull requests is taken away until one is refused, then given back). A
+// change published then must be pushed well within nats.go's 30 s; before
+// the fix it took about 30 s and the test failed at its 15 s bound.
+func TestLostPullRequestIsReissued(t *testing.T) {
+	var opts *server.Options
+	allowAll := &server.Permissions{Publish: &server.SubjectPermission{Allow: []string{">"}}, Subscribe: &server.SubjectPermission{Allow: []string{">"}}}
+	srv := natstest.StartServerWith(t, func(o *server.Options) {
+		o.Users = []*server.User{{Username: "deb", Password: "deb", Permissions: allowAll}, {Username: "admin", Password: "admin"}}
+		opts = o
+	})
+	url := srv.ClientURL()
+	setPullAllowed := func(allowed bool) {
+		t.Helper()
+		o := opts.Clone()
+		p := &server.Permissions{Publish: &server.SubjectPermission{Allow: []string{">"}}, Subscribe: &server.SubjectPermission{Allow: []string{">"}}}
+		if !allowed {
+			p.Publish.Deny = []string{"$JS.API.CONSUMER.MSG.NEXT.>"}
+		}
+		o.Users = []*server.User{{Username: "deb", Password: "deb", Permissions: p}, {Username: "admin", Password: "admin"}}
+		if err := srv.ReloadOptions(o); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	adminNC, err := nats.Connect(url, nats.UserInfo("admin", "admin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(adminNC.Close)
+	js, err := jetstream.New(adminNC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	setupStreams(t, js)
+
+	var refused atomic.Int32
+	nc, err := nats.Connect(url, nats.UserInfo("deb", "deb"), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		if strings.Contains(err.Error(), "Permissions Violation") && strings.Contains(err.Error(), "MSG.NEXT") {
+			refused.Add(1)
+		}
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	djs, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dcfg := debounce.DefaultConfig()
+	dcfg.DebounceAfter = 10 * time.Millisecond
+	// No snapshotter: its reads would race the server's reload too.
+	a := startOn(t, nc, djs, url, "a", func(c *Config) { c.Debounce = dcfg; c.LeaseTTL = time.Minute; c.SnapshotInterval = -1 })
+	testutil.Eventually(t, "a active", a.leader)
+	// PushRequests are watched on a plain subscription: reading them back
+	// from the stream (direct gets) would race the server's reload of its
+	// options, which an in-process server's direct gets read unlocked.
+	var mu sync.Mutex
+	covered := map[uint64]bool{}
+	sub, err := adminNC.Subscribe(names.PushesSubject(), func(m *nats.Msg) {
+		pr := &pb.PushRequest{}
+		if err := proto.Unmarshal(m.Data, pr); err != nil {
+			t.Errorf("push request: %v", err)
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for _, r := range pr.GetCovered() {
+			for s := r.GetFirst(); s <= r.GetLast(); s++ {
+				covered[s] = true
+			}
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	nCovered := func() int { mu.Lock(); defer mu.Unlock(); return len(covered) }
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.DefaultTimeout)
+	defer cancel()
+	publishChange(ctx, t, js, 1, false)
+	testutil.Eventually(t, "the first change pushed", func() bool { return nCovered() == 1 })
+
+	// Lose the next pull request: it is refused when the one waiting at
+	// the server expires and the consumer asks again.
+	setPullAllowed(false)
+	testutil.Eventually(t, "a pull request refused", func() bool { return refused.Load() > 0 })
+	setPullAllowed(true)
+
+	publishChange(ctx, t, js, 2, false)
+	bound := time.NewTimer(15 * time.Second)
+	defer bound.Stop()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for nCovered() < 2 {
+		select {
+		case <-bound.C:
+			t.Fatal("the change published after the lost pull request was not pushed within 15 s (nats.go's default pull waits 30 s to notice)")
+		case <-tick.C:
+		}
+	}
+}

@@ -158,6 +158,10 @@ func TestServicesKeepClusterReplicas(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	if _, err := bus.EnsureObjectStore(ctx, js, names.SnapshotsConfig(r3)); err != nil {
+		t.Fatal(err)
+	}
+	streams = append(streams, "OBJ_"+names.SnapshotBucket())
 	dir := t.TempDir()
 	pipelinetest.WriteFile(t, dir, "mesh.yaml", meshYAML)
 	s := startServices(t, c.URLs(), dir, svc.Common{NATSURL: c.URLs(), Prefix: "pw"})
@@ -178,4 +182,9 @@ func TestServicesKeepClusterReplicas(t *testing.T) {
 			t.Errorf("%s: pilotwire_stream_drift = 0, want the replica drift reported", name)
 		}
 	}
+	// The snapshot bucket's writer checks it too, once its snapshotter
+	// starts (beside the debouncer's own work).
+	s.waitFor(t, "the debouncer reporting the snapshot bucket's drift", func() bool {
+		return testutil.Metric(s.regs["debouncer"], `pilotwire_stream_drift{name="`+names.SnapshotBucket()+`",field="replicas"}`) == 1
+	})
 }

@@ -100,6 +100,27 @@ func (s *Streams) KV(ctx context.Context, cfg jetstream.KeyValueConfig) (jetstre
 	return kv, nil
 }
 
+// ObjectStore opens the object store cfg declares, creating it when
+// missing.
+func (s *Streams) ObjectStore(ctx context.Context, cfg jetstream.ObjectStoreConfig) (jetstream.ObjectStore, error) {
+	var obj jetstream.ObjectStore
+	var have jetstream.ObjectStoreConfig
+	err := s.retry(ctx, cfg.Bucket, func() error {
+		var err error
+		obj, err = bus.EnsureObjectStore(ctx, s.js, cfg)
+		if err != nil {
+			return err
+		}
+		have, err = bus.ObjectStoreConfig(ctx, obj)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.report(cfg.Bucket, bus.ObjectStoreDrift(have, cfg))
+	return obj, nil
+}
+
 func (s *Streams) report(name string, drift []bus.Drift) {
 	for _, d := range drift {
 		s.drift.WithLabelValues(name, d.Field).Set(1)

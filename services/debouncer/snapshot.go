@@ -29,6 +29,14 @@ func runSnapshotter(ctx context.Context, cfg Config, names bus.Names, d svc.Deps
 	if d.Reg != nil {
 		d.Reg.MustRegister(restarts, leader)
 	}
+	// The snapshot bucket's writer checks it against its declaration once,
+	// as every service does its streams at start (drift is logged and
+	// reported, never changed). It waits beside the debouncer's own work.
+	streams := svc.NewStreams(svc.Deps{JS: d.JS, Log: log, Reg: d.Reg})
+	streams.OnWait = nil // the debouncer's readiness does not wait for snapshots
+	if _, err := streams.ObjectStore(ctx, names.SnapshotsConfig(cfg.StreamOptions())); err != nil {
+		return // ctx ended
+	}
 	el := &lease.Elector{KV: leases, Key: "snapshot", Holder: cfg.ID, TTL: cfg.LeaseTTL, Log: log, Leader: leader}
 	snap := snapshot.New(snapshot.Options{
 		JS: d.JS, Names: names, Stream: cfg.StreamOptions(),

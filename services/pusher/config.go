@@ -79,6 +79,10 @@ type Config struct {
 	// beforeSend, in tests, runs just before a batch is published: after
 	// every check, where a paused process would sit.
 	beforeSend func(*pb.PushOrderBatch)
+	// now, in tests, is the pusher's clock (nil: time.Now); afterSweep
+	// runs at the end of each sweep.
+	now        func() time.Time
+	afterSweep func()
 }
 
 // DefaultConfig is the configuration every flag defaults to; Run also takes

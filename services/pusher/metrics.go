@@ -27,6 +27,7 @@ type metrics struct {
 	registryDones  prometheus.Counter
 	stalls         prometheus.Counter
 	restarts       prometheus.Counter
+	lateSweeps     prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -77,6 +78,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help:    "Push orders per message sent to a frontend.",
 			Buckets: prometheus.ExponentialBuckets(1, 2, 10),
 		}),
+		lateSweeps: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pilotwire_pusher_late_sweeps_total", Help: "Sweeps that ran more than 2 s late (the process stopped or starved); the delay is not counted against heartbeats or push deadlines.",
+		}),
 		restarts: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "pilotwire_pusher_restarts_total", Help: "Terms as the active pusher ended by an error (the lease is given up and the work starts again).",
 		}),
@@ -108,7 +112,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "pilotwire_pusher_consumer_stalls_total", Help: "Times the newest PushRequest was not delivered within the consumer's ack wait and every connection behind it was caught up.",
 		}),
 	}
-	reg.MustRegister(m.stalls, m.restarts, m.lost, m.resyncs, m.behind, m.registryDones, m.oversized, m.registryErrors, m.consumeErrors, m.sendErrors, m.leader, m.batchSize, m.queueTime, m.orders, m.queueLen, m.inFlight, m.doneTimeouts, m.skipped, m.dones,
+	reg.MustRegister(m.stalls, m.restarts, m.lateSweeps, m.lost, m.resyncs, m.behind, m.registryDones, m.oversized, m.registryErrors, m.consumeErrors, m.sendErrors, m.leader, m.batchSize, m.queueTime, m.orders, m.queueLen, m.inFlight, m.doneTimeouts, m.skipped, m.dones,
 		m.connections, m.frontends, m.badMessages, m.pushRequests, m.latestSeq)
 	return m
 }

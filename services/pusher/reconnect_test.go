@@ -3,6 +3,7 @@ package pusher
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -100,4 +101,61 @@ func TestOrdersInFlightWhenThePusherReconnectsAreResent(t *testing.T) {
 		t.Errorf(`lost pushes {reason="pusher_reconnected"} = %v, want 1`, got)
 	}
 	testutil.Eventually(t, "nothing in flight", func() bool { return p.metric("pilotwire_pusher_in_flight") == 0 })
+}
+
+// TestLateSweepDoesNotCountThePause (docs/reliability.md, SIGSTOP of the
+// active pusher): a pusher stopped for longer than --frontend-timeout
+// used to declare every frontend dead in its first sweep after SIGCONT,
+// before it read the heartbeats queued meanwhile. A sweep that runs late
+// no longer counts the lateness against frontends' heartbeats (nor push
+// deadlines); a frontend silent for a timeout of the pusher's running
+// time is still forgotten. Here the pusher's clock jumps 20 s between two
+// sweeps, as after a 20 s stop; before the fix the frontend was forgotten.
+func TestLateSweepDoesNotCountThePause(t *testing.T) {
+	url := natstest.Start(t)
+	var offset atomic.Int64
+	sweeps := make(chan struct{}, 64)
+	p := runPusher(t, url, Config{
+		ID: "pa", PushTimeout: time.Minute, FrontendTimeout: 6 * time.Second,
+		now: func() time.Time { return time.Now().Add(time.Duration(offset.Load())) },
+		afterSweep: func() {
+			select {
+			case sweeps <- struct{}{}:
+			default: // the test is not waiting
+			}
+		},
+	})
+	testutil.Eventually(t, "active", func() bool { return p.metric("pilotwire_pusher_leader") == 1 })
+	fe := newFrontend(t, url, "fe-1")
+	fe.register("c", 0)
+	testutil.Eventually(t, "the frontend known", func() bool { return p.metric("pilotwire_pusher_frontends") == 1 })
+	waitSweeps := func(n int) {
+		t.Helper()
+		for range len(sweeps) {
+			<-sweeps
+		}
+		timeout := time.NewTimer(testutil.DefaultTimeout)
+		defer timeout.Stop()
+		for range n {
+			select {
+			case <-sweeps:
+			case <-timeout.C:
+				t.Fatal("no sweep")
+			}
+		}
+	}
+	waitSweeps(1)
+	offset.Store(int64(20 * time.Second)) // the pusher was stopped 20 s
+	waitSweeps(2)
+	if got := p.metric("pilotwire_pusher_frontends"); got != 1 {
+		t.Fatalf("frontends = %v after a late sweep, want the frontend kept", got)
+	}
+	if got := p.metric("pilotwire_pusher_late_sweeps_total"); got != 1 {
+		t.Errorf("late sweeps = %v, want 1", got)
+	}
+	// Silent for the timeout of running time after that: forgotten.
+	offset.Add(int64(7 * time.Second))
+	waitSweeps(1)
+	// That sweep was 7 s late too, and not counted; the next ones are.
+	testutil.Eventually(t, "the silent frontend forgotten", func() bool { return p.metric("pilotwire_pusher_frontends") == 0 })
 }

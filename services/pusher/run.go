@@ -200,6 +200,9 @@ func runActive(ctx, leaseCtx context.Context, cfg Config, names bus.Names, pushe
 		conns:        make(map[string]*connState),
 		inflight:     make(map[uint64]*inflight),
 	}
+	if cfg.now != nil {
+		p.now = cfg.now
+	}
 	cons, err := pushes.CreateOrUpdateConsumer(leaseCtx, jetstream.ConsumerConfig{
 		Durable:       names.PusherConsumer(cfg.Shard),
 		Description:   "pusher: PushRequests to per-connection push orders",

@@ -15,22 +15,56 @@ import (
 	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
 )
 
+// sweepInterval is how often sweep runs; a sweep that starts more than
+// lateSweep later than that after the previous one ended was held up
+// (the process stopped, or starved of CPU).
+const (
+	sweepInterval = time.Second
+	lateSweep     = 2 * time.Second
+)
+
 // sweep expires dead frontends and overdue push orders once a second.
 func (p *Pusher) sweep(ctx context.Context) {
-	t := time.NewTicker(time.Second)
+	t := time.NewTicker(sweepInterval)
 	defer t.Stop()
+	ended := p.now()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
+		if late := p.now().Sub(ended) - sweepInterval; late > lateSweep {
+			p.discountPause(late)
+		}
 		p.expireFrontends(ctx)
 		p.relearnFrontends(ctx)
 		p.expireOrders()
 		p.checkLatest(ctx)
 		p.resync()
+		if p.cfg.afterSweep != nil {
+			p.cfg.afterSweep()
+		}
+		ended = p.now()
 	}
+}
+
+// discountPause moves every frontend's last heartbeat and every push
+// deadline later by d, the time the sweep was held up: heartbeats and
+// dones sent meanwhile are queued behind it, unread, and a pusher resumed
+// from SIGSTOP must not declare every frontend dead before it reads them.
+// A frontend silent for a timeout of running time is still forgotten.
+func (p *Pusher) discountPause(d time.Duration) {
+	p.mu.Lock()
+	for id, seen := range p.frontends {
+		p.frontends[id] = seen.Add(d)
+	}
+	for _, f := range p.inflight {
+		f.deadline = f.deadline.Add(d)
+	}
+	p.mu.Unlock()
+	p.m.lateSweeps.Inc()
+	p.log.Warn("sweep ran late (the process was stopped or starved): the delay is not counted against frontends' heartbeats or push deadlines", "late", d.Round(time.Millisecond))
 }
 
 // forgetFor bounds how long a forgotten frontend is remembered for

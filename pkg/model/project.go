@@ -72,21 +72,22 @@ func buildService(sk serviceKey, defs map[string]*corev1.Service, sls map[sliceI
 // portEndpoints returns the ready endpoints of one service port: from each
 // slice, the port with the same name and protocol.
 func portEndpoints(p *Port, ns string, ids []sliceID, sls map[sliceID]*discoveryv1.EndpointSlice, pods map[podKey]*pod, nodes map[nodeKey]*node) []Endpoint {
-	var eps []Endpoint
+	// One allocation for the list: size it for every endpoint of the
+	// slices that serve the port, then drop the spare capacity.
+	n := 0
 	for _, id := range ids {
-		sl := sls[id]
-		if sl.AddressType != discoveryv1.AddressTypeIPv4 && sl.AddressType != discoveryv1.AddressTypeIPv6 {
-			continue // FQDN slices are deprecated and not routable by IP
+		if sl, _ := servingSlice(sls[id], p); sl != nil {
+			n += len(sl.Endpoints)
 		}
-		i := slices.IndexFunc(sl.Ports, func(sp discoveryv1.EndpointPort) bool {
-			return deref(sp.Name) == p.Name && cmp.Or(deref(sp.Protocol), corev1.ProtocolTCP) == p.Protocol
-		})
-		if i < 0 {
+	}
+	if n == 0 {
+		return nil
+	}
+	eps := make([]Endpoint, 0, n)
+	for _, id := range ids {
+		sl, port := servingSlice(sls[id], p)
+		if sl == nil {
 			continue
-		}
-		port := sl.Ports[i].Port
-		if port == nil || *port < 1 || *port > 65535 {
-			continue // a nil port means "all ports": nothing to dial
 		}
 		for _, ep := range sl.Endpoints {
 			if r := ep.Conditions.Ready; r != nil && !*r {
@@ -110,7 +111,7 @@ func portEndpoints(p *Port, ns string, ids []sliceID, sls map[sliceID]*discovery
 			loc := workloadLocality(pd, id.Cluster, deref(ep.NodeName), deref(ep.Zone), nodes)
 			eps = append(eps, Endpoint{
 				Address:   addr,
-				Port:      *port,
+				Port:      port,
 				Region:    loc.Region,
 				Zone:      loc.Zone,
 				SubZone:   loc.SubZone,
@@ -120,10 +121,33 @@ func portEndpoints(p *Port, ns string, ids []sliceID, sls map[sliceID]*discovery
 			})
 		}
 	}
+	if len(eps) == 0 {
+		return nil
+	}
 	slices.SortFunc(eps, compareEndpoints)
 	// Several slices may list the same endpoint (the API allows it during
 	// updates); keep the first in order.
-	return slices.CompactFunc(eps, func(a, b Endpoint) bool { return a.Address == b.Address && a.Port == b.Port })
+	return slices.Clip(slices.CompactFunc(eps, func(a, b Endpoint) bool { return a.Address == b.Address && a.Port == b.Port }))
+}
+
+// servingSlice returns sl and the port number it gives service port p: that
+// of its port with p's name and protocol. It returns nil when sl serves
+// no usable address for p.
+func servingSlice(sl *discoveryv1.EndpointSlice, p *Port) (*discoveryv1.EndpointSlice, int32) {
+	if sl.AddressType != discoveryv1.AddressTypeIPv4 && sl.AddressType != discoveryv1.AddressTypeIPv6 {
+		return nil, 0 // FQDN slices are deprecated and not routable by IP
+	}
+	i := slices.IndexFunc(sl.Ports, func(sp discoveryv1.EndpointPort) bool {
+		return deref(sp.Name) == p.Name && cmp.Or(deref(sp.Protocol), corev1.ProtocolTCP) == p.Protocol
+	})
+	if i < 0 {
+		return nil, 0
+	}
+	port := sl.Ports[i].Port
+	if port == nil || *port < 1 || *port > 65535 {
+		return nil, 0 // a nil port means "all ports": nothing to dial
+	}
+	return sl, *port
 }
 
 func compareEndpoints(a, b Endpoint) int {
@@ -143,8 +167,11 @@ func canonicalIP(s string) string {
 	if err != nil || a.Zone() != "" {
 		return ""
 	}
-	if c := a.String(); c != s {
-		return c
+	// Compare with the canonical form in a stack buffer: most addresses
+	// are canonical already, and then nothing is allocated.
+	var buf [64]byte
+	if c := a.AppendTo(buf[:0]); string(c) != s {
+		return string(c)
 	}
 	return s
 }

@@ -94,6 +94,10 @@ type follower struct {
 	reportedOnce bool
 }
 
+func newFollower(js jetstream.JetStream, names bus.Names, store *model.Store, gate *seqGate, log *slog.Logger, m *metrics) *follower {
+	return &follower{js: js, names: names, store: store, gate: gate, log: log, metrics: m, caughtUp: make(chan struct{})}
+}
+
 // bootstrap starts following and returns once the model has applied the
 // stream's last sequence as of the call. The consumer keeps running until
 // ctx ends; run waits for it.

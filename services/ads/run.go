@@ -122,7 +122,8 @@ func Run(ctx context.Context, cfg Config, d svc.Deps) error {
 
 	// The model first: no stream is served from a model that is behind the
 	// history as it stood at start-up.
-	f := &follower{js: d.JS, names: names, store: store, gate: gate, log: log, metrics: m, caughtUp: make(chan struct{}), fullReplay: cfg.fullReplay, ignoreSnapshots: cfg.ignoreSnapshots}
+	f := newFollower(d.JS, names, store, gate, log, m)
+	f.fullReplay, f.ignoreSnapshots = cfg.fullReplay, cfg.ignoreSnapshots
 	stopFollow, err := f.start(ctx)
 	if err != nil {
 		return err

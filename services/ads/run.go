@@ -124,6 +124,9 @@ func Run(ctx context.Context, cfg Config, d svc.Deps) error {
 	// history as it stood at start-up.
 	f := newFollower(d.JS, names, store, gate, log, m)
 	f.fullReplay, f.ignoreSnapshots = cfg.fullReplay, cfg.ignoreSnapshots
+	d.Reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "pilotwire_ads_change_records_queued", Help: "Change records decoded and not yet applied to the model.",
+	}, func() float64 { return float64(len(f.queue)) }))
 	stopFollow, err := f.start(ctx)
 	if err != nil {
 		return err

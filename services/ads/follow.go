@@ -22,7 +22,8 @@ type seqGate struct {
 	mu      sync.Mutex
 	applied uint64
 	waiters int           // goroutines blocked in wait
-	ch      chan struct{} // closed and replaced on an advance that has waiters
+	next    uint64        // the lowest seq a goroutine blocked on ch waits for; 0 when none
+	ch      chan struct{} // closed and replaced on an advance that reaches next
 }
 
 func newSeqGate() *seqGate { return &seqGate{ch: make(chan struct{})} }
@@ -31,9 +32,13 @@ func (g *seqGate) advance(seq uint64) {
 	g.mu.Lock()
 	if seq > g.applied {
 		g.applied = seq
-		if g.waiters > 0 { // replay applies thousands a second: wake only if needed
+		// Replay advances once per record while start waits for the last
+		// one: wake the waiters only when one of them is done. Those still
+		// short of their seq wait again and set next anew.
+		if g.next != 0 && seq >= g.next {
 			close(g.ch)
 			g.ch = make(chan struct{})
+			g.next = 0
 		}
 	}
 	g.mu.Unlock()
@@ -55,6 +60,9 @@ func (g *seqGate) wait(ctx context.Context, seq uint64) error {
 		}
 		ch := g.ch
 		g.waiters++
+		if g.next == 0 || seq < g.next {
+			g.next = seq
+		}
 		g.mu.Unlock()
 		var err error
 		select {

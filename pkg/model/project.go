@@ -2,7 +2,6 @@ package model
 
 import (
 	"cmp"
-	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -18,7 +17,7 @@ func buildService(sk serviceKey, defs map[string]*corev1.Service, sls map[sliceI
 	if len(defs) == 0 {
 		return nil
 	}
-	clusters := slices.Sorted(maps.Keys(defs))
+	clusters := sortedKeys(defs, strings.Compare)
 	spec := &defs[clusters[0]].Spec // first cluster id wins
 	svc := &Service{
 		Name:      sk.Name,
@@ -43,9 +42,10 @@ func buildService(sk serviceKey, defs map[string]*corev1.Service, sls map[sliceI
 
 	// The slice endpoints usable at all, in a stable order so that the
 	// per-port lists below need only a cheap sort.
-	ids := slices.SortedFunc(maps.Keys(sls), func(a, b sliceID) int {
+	ids := sortedKeys(sls, func(a, b sliceID) int {
 		return cmp.Or(strings.Compare(a.Cluster, b.Cluster), strings.Compare(a.Name, b.Name))
 	})
+	svc.Ports = make([]*Port, 0, len(spec.Ports))
 	for _, sp := range spec.Ports {
 		if sp.Port < 1 || sp.Port > 65535 {
 			continue
@@ -63,10 +63,27 @@ func buildService(sk serviceKey, defs map[string]*corev1.Service, sls map[sliceI
 		p.Endpoints = portEndpoints(p, sk.Namespace, ids, sls, pods, nodes)
 		svc.Ports = append(svc.Ports, p)
 	}
+	if len(svc.Ports) == 0 {
+		svc.Ports = nil
+	}
 	slices.SortFunc(svc.Ports, func(a, b *Port) int {
 		return cmp.Or(cmp.Compare(a.Port, b.Port), strings.Compare(string(a.Protocol), string(b.Protocol)))
 	})
 	return svc
+}
+
+// sortedKeys returns m's keys sorted by compare, in one allocation (not
+// the few of slices.Sorted growing its result).
+func sortedKeys[K comparable, V any](m map[K]V, compare func(a, b K) int) []K {
+	if len(m) == 0 {
+		return nil
+	}
+	keys := make([]K, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, compare)
+	return keys
 }
 
 // portEndpoints returns the ready endpoints of one service port: from each

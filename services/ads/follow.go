@@ -130,9 +130,9 @@ type decodedRecord struct {
 	d          model.Decoded    // rec with its object decoded
 }
 
-// bootstrap starts following and returns once the model has applied the
-// stream's last sequence as of the call. The consumer keeps running until
-// ctx ends; run waits for it.
+// start starts following and returns once the model has applied the
+// stream's last sequence as of the call. The consumer and the apply loop
+// keep running until stop, which waits for the loop to end.
 func (f *follower) start(ctx context.Context) (stop func(), err error) {
 	stream, err := f.js.Stream(ctx, f.names.ChangesStream())
 	if err != nil {

@@ -2,7 +2,6 @@ package model
 
 import (
 	"cmp"
-	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -18,7 +17,7 @@ func buildService(sk serviceKey, defs map[string]*corev1.Service, sls map[sliceI
 	if len(defs) == 0 {
 		return nil
 	}
-	clusters := slices.Sorted(maps.Keys(defs))
+	clusters := sortedKeys(defs, strings.Compare)
 	spec := &defs[clusters[0]].Spec // first cluster id wins
 	svc := &Service{
 		Name:      sk.Name,
@@ -43,9 +42,10 @@ func buildService(sk serviceKey, defs map[string]*corev1.Service, sls map[sliceI
 
 	// The slice endpoints usable at all, in a stable order so that the
 	// per-port lists below need only a cheap sort.
-	ids := slices.SortedFunc(maps.Keys(sls), func(a, b sliceID) int {
+	ids := sortedKeys(sls, func(a, b sliceID) int {
 		return cmp.Or(strings.Compare(a.Cluster, b.Cluster), strings.Compare(a.Name, b.Name))
 	})
+	svc.Ports = make([]*Port, 0, len(spec.Ports))
 	for _, sp := range spec.Ports {
 		if sp.Port < 1 || sp.Port > 65535 {
 			continue
@@ -63,30 +63,48 @@ func buildService(sk serviceKey, defs map[string]*corev1.Service, sls map[sliceI
 		p.Endpoints = portEndpoints(p, sk.Namespace, ids, sls, pods, nodes)
 		svc.Ports = append(svc.Ports, p)
 	}
+	if len(svc.Ports) == 0 {
+		svc.Ports = nil
+	}
 	slices.SortFunc(svc.Ports, func(a, b *Port) int {
 		return cmp.Or(cmp.Compare(a.Port, b.Port), strings.Compare(string(a.Protocol), string(b.Protocol)))
 	})
 	return svc
 }
 
+// sortedKeys returns m's keys sorted by compare, in one allocation (not
+// the few of slices.Sorted growing its result).
+func sortedKeys[K comparable, V any](m map[K]V, compare func(a, b K) int) []K {
+	if len(m) == 0 {
+		return nil
+	}
+	keys := make([]K, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, compare)
+	return keys
+}
+
 // portEndpoints returns the ready endpoints of one service port: from each
 // slice, the port with the same name and protocol.
 func portEndpoints(p *Port, ns string, ids []sliceID, sls map[sliceID]*discoveryv1.EndpointSlice, pods map[podKey]*pod, nodes map[nodeKey]*node) []Endpoint {
-	var eps []Endpoint
+	// One allocation for the list: size it for every endpoint of the
+	// slices that serve the port, then drop the spare capacity.
+	n := 0
 	for _, id := range ids {
-		sl := sls[id]
-		if sl.AddressType != discoveryv1.AddressTypeIPv4 && sl.AddressType != discoveryv1.AddressTypeIPv6 {
-			continue // FQDN slices are deprecated and not routable by IP
+		if sl, _ := servingSlice(sls[id], p); sl != nil {
+			n += len(sl.Endpoints)
 		}
-		i := slices.IndexFunc(sl.Ports, func(sp discoveryv1.EndpointPort) bool {
-			return deref(sp.Name) == p.Name && cmp.Or(deref(sp.Protocol), corev1.ProtocolTCP) == p.Protocol
-		})
-		if i < 0 {
+	}
+	if n == 0 {
+		return nil
+	}
+	eps := make([]Endpoint, 0, n)
+	for _, id := range ids {
+		sl, port := servingSlice(sls[id], p)
+		if sl == nil {
 			continue
-		}
-		port := sl.Ports[i].Port
-		if port == nil || *port < 1 || *port > 65535 {
-			continue // a nil port means "all ports": nothing to dial
 		}
 		for _, ep := range sl.Endpoints {
 			if r := ep.Conditions.Ready; r != nil && !*r {
@@ -110,7 +128,7 @@ func portEndpoints(p *Port, ns string, ids []sliceID, sls map[sliceID]*discovery
 			loc := workloadLocality(pd, id.Cluster, deref(ep.NodeName), deref(ep.Zone), nodes)
 			eps = append(eps, Endpoint{
 				Address:   addr,
-				Port:      *port,
+				Port:      port,
 				Region:    loc.Region,
 				Zone:      loc.Zone,
 				SubZone:   loc.SubZone,
@@ -120,10 +138,33 @@ func portEndpoints(p *Port, ns string, ids []sliceID, sls map[sliceID]*discovery
 			})
 		}
 	}
+	if len(eps) == 0 {
+		return nil
+	}
 	slices.SortFunc(eps, compareEndpoints)
 	// Several slices may list the same endpoint (the API allows it during
 	// updates); keep the first in order.
-	return slices.CompactFunc(eps, func(a, b Endpoint) bool { return a.Address == b.Address && a.Port == b.Port })
+	return slices.Clip(slices.CompactFunc(eps, func(a, b Endpoint) bool { return a.Address == b.Address && a.Port == b.Port }))
+}
+
+// servingSlice returns sl and the port number it gives service port p: that
+// of its port with p's name and protocol. It returns nil when sl serves
+// no usable address for p.
+func servingSlice(sl *discoveryv1.EndpointSlice, p *Port) (*discoveryv1.EndpointSlice, int32) {
+	if sl.AddressType != discoveryv1.AddressTypeIPv4 && sl.AddressType != discoveryv1.AddressTypeIPv6 {
+		return nil, 0 // FQDN slices are deprecated and not routable by IP
+	}
+	i := slices.IndexFunc(sl.Ports, func(sp discoveryv1.EndpointPort) bool {
+		return deref(sp.Name) == p.Name && cmp.Or(deref(sp.Protocol), corev1.ProtocolTCP) == p.Protocol
+	})
+	if i < 0 {
+		return nil, 0
+	}
+	port := sl.Ports[i].Port
+	if port == nil || *port < 1 || *port > 65535 {
+		return nil, 0 // a nil port means "all ports": nothing to dial
+	}
+	return sl, *port
 }
 
 func compareEndpoints(a, b Endpoint) int {
@@ -143,8 +184,11 @@ func canonicalIP(s string) string {
 	if err != nil || a.Zone() != "" {
 		return ""
 	}
-	if c := a.String(); c != s {
-		return c
+	// Compare with the canonical form in a stack buffer: most addresses
+	// are canonical already, and then nothing is allocated.
+	var buf [64]byte
+	if c := a.AppendTo(buf[:0]); string(c) != s {
+		return string(c)
 	}
 	return s
 }

@@ -166,26 +166,73 @@ func (s *Store) Apply(rec *pb.ChangeRecord, seq uint64) error {
 	if seq <= s.applied {
 		return fmt.Errorf("apply seq %d (applied %d): %w", seq, s.applied, ErrAlreadyApplied)
 	}
+	d := Decode(rec)
+	return s.applyDecoded(&d, seq)
+}
+
+// ApplyDecoded is [Store.Apply] of a record [Decode] has decoded, with the
+// same results and errors: it only does the part that reads and changes
+// the store. Callers decode records on other goroutines and apply them
+// here in sequence order.
+func (s *Store) ApplyDecoded(d *Decoded, seq uint64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if seq <= s.applied {
+		return fmt.Errorf("apply seq %d (applied %d): %w", seq, s.applied, ErrAlreadyApplied)
+	}
+	return s.applyDecoded(d, seq)
+}
+
+// applyDecoded applies d at seq, which is above the applied sequence.
+func (s *Store) applyDecoded(d *Decoded, seq uint64) error {
 	s.applied = seq
-	if err := s.apply(rec, seq); err != nil {
+	if err := s.apply(d, seq); err != nil {
 		return fmt.Errorf("apply seq %d: %w", seq, err)
 	}
 	return nil
 }
 
-func (s *Store) apply(rec *pb.ChangeRecord, seq uint64) error {
+// Decoded is a change record with its object decoded ([Decode]).
+type Decoded struct {
+	rec *pb.ChangeRecord
+	key ObjectKey
+	e   *entry // the decoded object of an add or update with a valid ref
+	err error  // why the object of such a record does not decode
+}
+
+// Decode decodes the object of an add or update, the part of applying a
+// record that reads nothing but the record. It may run on any goroutine,
+// ahead of [Store.ApplyDecoded]; every error is left for ApplyDecoded to
+// return. The result owns what it decoded, so apply it at most once.
+func Decode(rec *pb.ChangeRecord) Decoded {
+	d := Decoded{rec: rec}
 	ref := rec.GetRef()
 	if ref == nil {
+		return d
+	}
+	d.key = ObjectKey{Cluster: rec.GetCluster(), Group: ref.GetGroup(), Kind: ref.GetKind(), Namespace: ref.GetNamespace(), Name: ref.GetName()}
+	if d.key.Kind == "" || d.key.Name == "" {
+		return d
+	}
+	if op := rec.GetOp(); op == pb.Op_OP_ADD || op == pb.Op_OP_UPDATE {
+		d.e, d.err = decode(d.key, rec.GetObject())
+	}
+	return d
+}
+
+func (s *Store) apply(d *Decoded, seq uint64) error {
+	rec := d.rec
+	if rec.GetRef() == nil {
 		return errors.New("record has no object ref")
 	}
-	key := ObjectKey{Cluster: rec.GetCluster(), Group: ref.GetGroup(), Kind: ref.GetKind(), Namespace: ref.GetNamespace(), Name: ref.GetName()}
+	key := d.key
 	if key.Kind == "" || key.Name == "" {
 		return fmt.Errorf("object %s: kind and name are required", key)
 	}
 	defer s.noteGatewayAPIRef(key, s.gatewayAPIRefOf(key))
 	switch rec.GetOp() {
 	case pb.Op_OP_ADD, pb.Op_OP_UPDATE:
-		e, err := decode(key, rec.GetObject())
+		e, err := d.e, d.err
 		if err != nil {
 			if key.Group == GroupNetworking {
 				s.undecodable[key] = fmt.Sprintf("record seq %d cannot be decoded (%v): the previous version, if any, stays", seq, err)

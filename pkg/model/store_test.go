@@ -2,6 +2,7 @@ package model
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -291,8 +292,19 @@ func TestApplyErrors(t *testing.T) {
 			s := NewStore()
 			applyAll(t, s, good)
 			before := s.Snapshot()
-			if err := s.Apply(tc.bad, 7); err == nil {
+			err := s.Apply(tc.bad, 7)
+			if err == nil {
 				t.Fatal("Apply succeeded, want an error")
+			}
+			// Decoded ahead, the record fails the same way.
+			s2 := NewStore()
+			applyAll(t, s2, good)
+			d := Decode(tc.bad)
+			if err2 := s2.ApplyDecoded(&d, 7); err2 == nil || err2.Error() != err.Error() {
+				t.Errorf("ApplyDecoded = %v, want Apply's %v", err2, err)
+			}
+			if diff := cmp.Diff(s.Snapshot().Services, s2.Snapshot().Services, ignoreMemo); diff != "" {
+				t.Errorf("Apply and ApplyDecoded left different meshes (-Apply +ApplyDecoded):\n%s", diff)
 			}
 			if got := s.AppliedSeq(); got != 7 {
 				t.Errorf("AppliedSeq = %d, want 7 (a rejected record still advances)", got)
@@ -325,6 +337,12 @@ func TestApplyAlreadyApplied(t *testing.T) {
 		err := s.Apply(del("c1", service("shop", "web", "10.0.0.1")).proto(t), seq)
 		if !errors.Is(err, ErrAlreadyApplied) {
 			t.Errorf("Apply(seq %d) = %v, want ErrAlreadyApplied", seq, err)
+		}
+	}
+	for _, seq := range []uint64{5, 4, 0} {
+		d := Decode(del("c1", service("shop", "web", "10.0.0.1")).proto(t))
+		if err := s.ApplyDecoded(&d, seq); !errors.Is(err, ErrAlreadyApplied) {
+			t.Errorf("ApplyDecoded(seq %d) = %v, want ErrAlreadyApplied", seq, err)
 		}
 	}
 	if s.AppliedSeq() != 5 || len(s.Snapshot().Services) != 1 {
@@ -377,11 +395,22 @@ func FuzzApply(f *testing.F) {
 		s := NewStore()
 		applyAll(t, s, add("c1", service("shop", "web", "10.0.0.1", svcPort{name: "http", port: 80})))
 		r := &pb.ChangeRecord{Cluster: "c1", Op: pb.Op(op), Ref: &pb.ObjectRef{Group: group, Kind: kind, Namespace: "shop", Name: "web"}, Object: obj}
-		_ = s.Apply(r, 2) // errors are fine; panics and a stuck sequence are not
+		err := s.Apply(r, 2) // errors are fine; panics and a stuck sequence are not
 		if s.AppliedSeq() != 2 {
 			t.Fatalf("AppliedSeq = %d, want 2", s.AppliedSeq())
 		}
 		m := s.Snapshot()
+		// Decoded ahead, the record has the same effect and error.
+		s2 := NewStore()
+		applyAll(t, s2, add("c1", service("shop", "web", "10.0.0.1", svcPort{name: "http", port: 80})))
+		d := Decode(r)
+		err2 := s2.ApplyDecoded(&d, 2)
+		if fmt.Sprint(err) != fmt.Sprint(err2) {
+			t.Fatalf("ApplyDecoded = %v, want Apply's %v", err2, err)
+		}
+		if diff := cmp.Diff(m.Services, s2.Snapshot().Services, ignoreMemo); diff != "" {
+			t.Fatalf("Apply and ApplyDecoded differ (-Apply +ApplyDecoded):\n%s", diff)
+		}
 		for _, svc := range m.Services {
 			for _, p := range svc.Ports {
 				for _, e := range p.Endpoints {

@@ -22,7 +22,8 @@ type seqGate struct {
 	mu      sync.Mutex
 	applied uint64
 	waiters int           // goroutines blocked in wait
-	ch      chan struct{} // closed and replaced on an advance that has waiters
+	next    uint64        // the lowest seq a goroutine blocked on ch waits for; 0 when none
+	ch      chan struct{} // closed and replaced on an advance that reaches next
 }
 
 func newSeqGate() *seqGate { return &seqGate{ch: make(chan struct{})} }
@@ -31,9 +32,13 @@ func (g *seqGate) advance(seq uint64) {
 	g.mu.Lock()
 	if seq > g.applied {
 		g.applied = seq
-		if g.waiters > 0 { // replay applies thousands a second: wake only if needed
+		// Replay advances once per record while start waits for the last
+		// one: wake the waiters only when one of them is done. Those still
+		// short of their seq wait again and set next anew.
+		if g.next != 0 && seq >= g.next {
 			close(g.ch)
 			g.ch = make(chan struct{})
+			g.next = 0
 		}
 	}
 	g.mu.Unlock()
@@ -55,6 +60,9 @@ func (g *seqGate) wait(ctx context.Context, seq uint64) error {
 		}
 		ch := g.ch
 		g.waiters++
+		if g.next == 0 || seq < g.next {
+			g.next = seq
+		}
 		g.mu.Unlock()
 		var err error
 		select {
@@ -71,9 +79,16 @@ func (g *seqGate) wait(ctx context.Context, seq uint64) error {
 	}
 }
 
+// followQueue bounds the change records decoded and not yet applied.
+const followQueue = 256
+
 // follower materializes the model from the change stream: an ordered
 // consumer that starts with the last record of every subject (the current
-// state) and then follows new records.
+// state) and then follows new records. Two stages: the consumer's callback
+// decodes each record (protobuf, then the object's JSON) and queues it;
+// the apply loop applies the queue in order, advances the gate and
+// reports problems. Decoding needs nothing of the model, so the two run
+// side by side, and the loop sees the records as the stream ordered them.
 type follower struct {
 	// set at construction
 	js      jetstream.JetStream
@@ -86,17 +101,38 @@ type follower struct {
 	// record of each subject (tests compare the two); ignoreSnapshots
 	// reads the last record of each subject even when there is a snapshot.
 	fullReplay, ignoreSnapshots bool
+	queue                       chan decodedRecord // the consumer callback sends, the apply loop receives
+	quit                        chan struct{}      // closed when following stops
 
-	// owned by the consumer callback
+	// owned by the apply loop (and by start before it starts the loop)
 	caughtUpOnce sync.Once
 	caughtUp     chan struct{}          // closed at the first message with nothing pending
 	reported     map[model.Problem]bool // problems already reported
 	reportedOnce bool
 }
 
-// bootstrap starts following and returns once the model has applied the
-// stream's last sequence as of the call. The consumer keeps running until
-// ctx ends; run waits for it.
+func newFollower(js jetstream.JetStream, names bus.Names, store *model.Store, gate *seqGate, log *slog.Logger, m *metrics) *follower {
+	return &follower{
+		js: js, names: names, store: store, gate: gate, log: log, metrics: m,
+		queue: make(chan decodedRecord, followQueue), quit: make(chan struct{}),
+		caughtUp: make(chan struct{}),
+	}
+}
+
+// decodedRecord is one change message as the consumer callback decoded it.
+type decodedRecord struct {
+	subject    string
+	seq        uint64 // stream sequence
+	numPending uint64
+	mdErr      error            // the message has no metadata; nothing below is set
+	pbErr      error            // not a ChangeRecord; rec and d are not set
+	rec        *pb.ChangeRecord // the decoded record
+	d          model.Decoded    // rec with its object decoded
+}
+
+// start starts following and returns once the model has applied the
+// stream's last sequence as of the call. The consumer and the apply loop
+// keep running until stop, which waits for the loop to end.
 func (f *follower) start(ctx context.Context) (stop func(), err error) {
 	stream, err := f.js.Stream(ctx, f.names.ChangesStream())
 	if err != nil {
@@ -116,13 +152,25 @@ func (f *follower) start(ctx context.Context) (stop func(), err error) {
 	if err != nil {
 		return nil, fmt.Errorf("ordered consumer on %s: %w", f.names.ChangesStream(), err)
 	}
+	loopDone := make(chan struct{})
+	go f.applyLoop(loopDone)
 	cc, err := cons.Consume(f.handle, jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 		if !errors.Is(err, jetstream.ErrNoHeartbeat) {
 			f.log.Warn("change stream consumer", "err", err)
 		}
 	}))
 	if err != nil {
+		close(f.quit)
+		<-loopDone
 		return nil, fmt.Errorf("consume %s: %w", f.names.ChangesStream(), err)
+	}
+	var stopOnce sync.Once
+	stop = func() {
+		stopOnce.Do(func() {
+			cc.Stop()
+			close(f.quit) // a callback still running returns without queueing
+			<-loopDone
+		})
 	}
 	// Caught up when the stream's last sequence as of now is applied, or when
 	// a delivered record says nothing is pending (the last sequence may be a
@@ -144,11 +192,11 @@ func (f *follower) start(ctx context.Context) (stop func(), err error) {
 	}
 	cancel()
 	if err != nil && !caught {
-		cc.Stop()
+		stop()
 		return nil, fmt.Errorf("bootstrap model: %w", err)
 	}
 	f.log.Info("model bootstrapped", "seq", target, "snapshot_seq", from, "took", time.Since(start))
-	return cc.Stop, nil
+	return stop, nil
 }
 
 // startFrom loads the newest snapshot into the model, if there is one the
@@ -240,42 +288,88 @@ func (f *follower) lastSeq(ctx context.Context) (uint64, error) {
 	return info.State.LastSeq, nil
 }
 
-// apply decodes and applies one record; a bad one is logged and counted
-// and changes nothing. It returns the record, or nil if undecodable.
-func (f *follower) apply(subject string, seq uint64, data []byte) *pb.ChangeRecord {
-	rec := &pb.ChangeRecord{}
-	if err := proto.Unmarshal(data, rec); err != nil {
-		f.metrics.badRecords.Inc()
-		f.log.Error("undecodable change record", "subject", subject, "seq", seq, "err", err)
-		return nil
-	}
-	if err := f.store.Apply(rec, seq); err != nil && !errors.Is(err, model.ErrAlreadyApplied) {
-		f.metrics.badRecords.Inc()
-		f.log.Error("change record not applied", "subject", subject, "seq", seq, "err", err)
-	}
-	return rec
+// apply decodes and applies one record of a snapshot, on the caller's
+// goroutine; a bad one is logged and counted and changes nothing.
+func (f *follower) apply(subject string, seq uint64, data []byte) {
+	r := decodedRecord{subject: subject, seq: seq}
+	f.decode(&r, data)
+	f.applyDecoded(&r)
 }
 
-func (f *follower) handle(msg jetstream.Msg) {
-	md, err := msg.Metadata()
-	if err != nil {
-		f.log.Error("change message without metadata", "subject", msg.Subject(), "err", err)
+// decode decodes a record's protobuf and object. It reads nothing of the
+// follower's state: the consumer callback runs it.
+func (f *follower) decode(r *decodedRecord, data []byte) {
+	rec := &pb.ChangeRecord{}
+	if err := proto.Unmarshal(data, rec); err != nil {
+		r.pbErr = err
 		return
 	}
-	rec := f.apply(msg.Subject(), md.Sequence.Stream, msg.Data())
-	if rec == nil {
+	r.rec, r.d = rec, model.Decode(rec)
+}
+
+// applyDecoded applies a decoded record; a bad one is logged and counted
+// and changes nothing. It reports whether the record was a ChangeRecord.
+func (f *follower) applyDecoded(r *decodedRecord) bool {
+	if r.pbErr != nil {
+		f.metrics.badRecords.Inc()
+		f.log.Error("undecodable change record", "subject", r.subject, "seq", r.seq, "err", r.pbErr)
+		return false
+	}
+	if err := f.store.ApplyDecoded(&r.d, r.seq); err != nil && !errors.Is(err, model.ErrAlreadyApplied) {
+		f.metrics.badRecords.Inc()
+		f.log.Error("change record not applied", "subject", r.subject, "seq", r.seq, "err", err)
+	}
+	return true
+}
+
+// handle is the consumer callback: it decodes the message and queues it
+// for the apply loop, in the order the consumer delivers.
+func (f *follower) handle(msg jetstream.Msg) {
+	r := decodedRecord{subject: msg.Subject()}
+	if md, err := msg.Metadata(); err != nil {
+		r.mdErr = err
+	} else {
+		r.seq, r.numPending = md.Sequence.Stream, md.NumPending
+		f.decode(&r, msg.Data())
+	}
+	select {
+	case f.queue <- r:
+	case <-f.quit:
+	}
+}
+
+// applyLoop applies the queued records in order until following stops.
+func (f *follower) applyLoop(done chan<- struct{}) {
+	defer close(done)
+	for {
+		select {
+		case r := <-f.queue:
+			f.step(&r)
+		case <-f.quit:
+			return
+		}
+	}
+}
+
+// step applies one queued record and moves the gate past it.
+func (f *follower) step(r *decodedRecord) {
+	if r.mdErr != nil {
+		f.log.Error("change message without metadata", "subject", r.subject, "err", r.mdErr)
+		return
+	}
+	if !f.applyDecoded(r) {
 		// The sequence is still applied: it changes nothing in the model.
-		f.gate.advance(md.Sequence.Stream)
-		if md.NumPending == 0 {
+		f.gate.advance(r.seq)
+		if r.numPending == 0 {
 			f.caughtUpOnce.Do(func() { close(f.caughtUp) })
 		}
 		return
 	}
-	f.metrics.appliedSeq.Set(float64(md.Sequence.Stream))
-	f.gate.advance(md.Sequence.Stream)
-	if md.NumPending == 0 {
+	f.metrics.appliedSeq.Set(float64(r.seq))
+	f.gate.advance(r.seq)
+	if r.numPending == 0 {
 		f.caughtUpOnce.Do(func() { close(f.caughtUp) })
-		if rec.GetRef().GetGroup() == model.GroupNetworking || rec.GetRef().GetKind() == model.KindService || !f.reportedOnce {
+		if ref := r.rec.GetRef(); ref.GetGroup() == model.GroupNetworking || ref.GetKind() == model.KindService || !f.reportedOnce {
 			f.reportProblems()
 		}
 	}

@@ -128,7 +128,11 @@ func Run(ctx context.Context, cfg Config, d svc.Deps) error {
 
 	// The model first: no stream is served from a model that is behind the
 	// history as it stood at start-up.
-	f := &follower{js: d.JS, names: names, store: store, gate: gate, log: log, metrics: m, caughtUp: make(chan struct{}), fullReplay: cfg.fullReplay, ignoreSnapshots: cfg.ignoreSnapshots}
+	f := newFollower(d.JS, names, store, gate, log, m)
+	f.fullReplay, f.ignoreSnapshots = cfg.fullReplay, cfg.ignoreSnapshots
+	d.Reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "pilotwire_ads_change_records_queued", Help: "Change records decoded and not yet applied to the model.",
+	}, func() float64 { return float64(len(f.queue)) }))
 	stopFollow, err := f.start(ctx)
 	if err != nil {
 		return err

@@ -3,31 +3,32 @@ package pusher
 import "github.com/prometheus/client_golang/prometheus"
 
 type metrics struct {
-	queueTime      prometheus.Histogram
-	orders         *prometheus.CounterVec
-	queueLen       prometheus.Gauge
-	inFlight       prometheus.Gauge
-	doneTimeouts   prometheus.Counter
-	skipped        *prometheus.CounterVec
-	dones          *prometheus.CounterVec
-	connections    prometheus.Gauge
-	frontends      prometheus.Gauge
-	badMessages    *prometheus.CounterVec
-	pushRequests   prometheus.Counter
-	latestSeq      prometheus.Gauge
-	leader         prometheus.Gauge
-	batchSize      prometheus.Histogram
-	registryErrors prometheus.Counter
-	consumeErrors  prometheus.Counter
-	sendErrors     prometheus.Counter
-	oversized      prometheus.Counter
-	lost           *prometheus.CounterVec
-	resyncs        prometheus.Counter
-	behind         prometheus.Gauge
-	registryDones  prometheus.Counter
-	stalls         prometheus.Counter
-	restarts       prometheus.Counter
-	lateSweeps     prometheus.Counter
+	queueTime       prometheus.Histogram
+	orders          *prometheus.CounterVec
+	queueLen        prometheus.Gauge
+	inFlight        prometheus.Gauge
+	doneTimeouts    prometheus.Counter
+	skipped         *prometheus.CounterVec
+	dones           *prometheus.CounterVec
+	connections     prometheus.Gauge
+	frontends       prometheus.Gauge
+	badMessages     *prometheus.CounterVec
+	pushRequests    prometheus.Counter
+	latestSeq       prometheus.Gauge
+	leader          prometheus.Gauge
+	batchSize       prometheus.Histogram
+	registryErrors  prometheus.Counter
+	consumeErrors   prometheus.Counter
+	sendErrors      prometheus.Counter
+	oversized       prometheus.Counter
+	lost            *prometheus.CounterVec
+	resyncs         prometheus.Counter
+	behind          prometheus.Gauge
+	registryDones   prometheus.Counter
+	stalls          prometheus.Counter
+	restarts        prometheus.Counter
+	lateSweeps      prometheus.Counter
+	expirySuspended prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -78,6 +79,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help:    "Push orders per message sent to a frontend.",
 			Buckets: prometheus.ExponentialBuckets(1, 2, 10),
 		}),
+		expirySuspended: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "pilotwire_pusher_frontend_expiry_suspended", Help: "1 while every frontend (two or more) is silent at once: the registry is not delivering heartbeats, and no frontend is expired until one is heard from.",
+		}),
 		lateSweeps: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "pilotwire_pusher_late_sweeps_total", Help: "Sweeps that ran more than 2 s late (the process stopped or starved); the delay is not counted against heartbeats or push deadlines.",
 		}),
@@ -112,7 +116,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "pilotwire_pusher_consumer_stalls_total", Help: "Times the newest PushRequest was not delivered within the consumer's ack wait and every connection behind it was caught up.",
 		}),
 	}
-	reg.MustRegister(m.stalls, m.restarts, m.lateSweeps, m.lost, m.resyncs, m.behind, m.registryDones, m.oversized, m.registryErrors, m.consumeErrors, m.sendErrors, m.leader, m.batchSize, m.queueTime, m.orders, m.queueLen, m.inFlight, m.doneTimeouts, m.skipped, m.dones,
+	reg.MustRegister(m.stalls, m.restarts, m.lateSweeps, m.expirySuspended, m.lost, m.resyncs, m.behind, m.registryDones, m.oversized, m.registryErrors, m.consumeErrors, m.sendErrors, m.leader, m.batchSize, m.queueTime, m.orders, m.queueLen, m.inFlight, m.doneTimeouts, m.skipped, m.dones,
 		m.connections, m.frontends, m.badMessages, m.pushRequests, m.latestSeq)
 	return m
 }

@@ -159,3 +159,46 @@ func TestLateSweepDoesNotCountThePause(t *testing.T) {
 	// That sweep was 7 s late too, and not counted; the next ones are.
 	testutil.Eventually(t, "the silent frontend forgotten", func() bool { return p.metric("pilotwire_pusher_frontends") == 0 })
 }
+
+// TestAllFrontendsSilentIsTheRegistry (fault matrix, NATS node loss): when
+// PW_REGISTRY loses its leader no heartbeat reaches the registry, and the
+// pusher declared every frontend dead at once, forgot every connection and
+// had to read them all back when the bucket returned (10 s to converge
+// instead of 3). Every frontend silent at the same time is the registry,
+// not the frontends: expiry waits until one is heard from, and only the
+// ones still silent then are forgotten. Before the fix both frontends
+// here were forgotten.
+func TestAllFrontendsSilentIsTheRegistry(t *testing.T) {
+	url := natstest.Start(t)
+	sweeps := make(chan struct{}, 1)
+	p := runPusher(t, url, Config{ID: "pa", PushTimeout: time.Minute, FrontendTimeout: time.Second, afterSweep: func() {
+		select {
+		case sweeps <- struct{}{}:
+		default:
+		}
+	}})
+	testutil.Eventually(t, "active", func() bool { return p.metric("pilotwire_pusher_leader") == 1 })
+	a, b := newFrontend(t, url, "fe-a"), newFrontend(t, url, "fe-b")
+	a.register("ca", 0)
+	b.register("cb", 0)
+	testutil.Eventually(t, "both connections known", func() bool { return p.metric("pilotwire_pusher_connections") == 2 })
+	// Neither heartbeats again: past the timeout, several sweeps later,
+	// both are still known.
+	deadline := time.Now().Add(2500 * time.Millisecond)
+	for time.Now().Before(deadline) {
+		<-sweeps
+	}
+	<-sweeps
+	if got := p.metric("pilotwire_pusher_connections"); got != 2 {
+		t.Fatalf("connections = %v with every frontend silent at once, want both kept", got)
+	}
+	if got := p.metric("pilotwire_pusher_frontend_expiry_suspended"); got != 1 {
+		t.Errorf("expiry suspended = %v, want 1", got)
+	}
+	// One is heard from: the other, still silent, is dead after all.
+	a.heartbeat()
+	testutil.Eventually(t, "the silent frontend forgotten", func() bool { return p.metric("pilotwire_pusher_connections") == 1 })
+	if got := p.metric("pilotwire_pusher_frontend_expiry_suspended"); got != 0 {
+		t.Errorf("expiry suspended = %v once a frontend was heard from, want 0", got)
+	}
+}

@@ -46,13 +46,15 @@ func TestActiveWorkFailureStartsAgain(t *testing.T) {
 			return failingConsumerStream{Stream: s, fails: &fails}
 		},
 	})
-	testutil.Eventually(t, "active after the failed terms", func() bool { return p.metric("pilotwire_pusher_leader") == 1 })
-	if got := p.metric("pilotwire_pusher_restarts_total"); got != 2 {
-		t.Errorf("pilotwire_pusher_restarts_total = %v, want 2 (one per failed term)", got)
-	}
+	// The leader gauge is 1 for each term, failed ones too: wait for the
+	// two failures, then for a term that works.
+	testutil.Eventually(t, "two failed terms counted", func() bool { return p.metric("pilotwire_pusher_restarts_total") == 2 })
 	fe := newFrontend(t, url, "fe-1")
 	fe.register("c", 0)
 	testutil.Eventually(t, "the connection known", func() bool { return p.metric("pilotwire_pusher_connections") == 1 })
 	p.push(t, &pb.PushRequest{Full: true, ThroughSeq: 4})
 	testutil.Eventually(t, "pushed", func() bool { return equal(fe.ordersFor("c"), []uint64{4}) })
+	if got := p.metric("pilotwire_pusher_restarts_total"); got != 2 {
+		t.Errorf("pilotwire_pusher_restarts_total = %v, want 2 (one per failed term)", got)
+	}
 }

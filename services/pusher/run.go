@@ -81,11 +81,14 @@ type Pusher struct {
 	// feReconnects: each frontend's count of NATS reconnects last seen
 	// in its heartbeat (FrontendInfo.nats_reconnects)
 	feReconnects map[string]uint64
-	conns        map[string]*connState
-	latest       uint64 // through_seq of the latest PushRequest
-	synced       bool   // registry's initial values are loaded
-	inflight     map[uint64]*inflight
-	lastPushID   uint64
+	// expirySuspended: every frontend was silent at the last sweep
+	// (expireFrontends)
+	expirySuspended bool
+	conns           map[string]*connState
+	latest          uint64 // through_seq of the latest PushRequest
+	synced          bool   // registry's initial values are loaded
+	inflight        map[uint64]*inflight
+	lastPushID      uint64
 	// aheadSince: when the periodic check first saw a request newer than
 	// any delivered (zero: none)
 	aheadSince time.Time

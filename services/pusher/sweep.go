@@ -86,13 +86,36 @@ func (p *Pusher) expireFrontends(ctx context.Context) {
 			p.log.Error("gave up removing the registry entries of a dead frontend", "frontend", id, "entries", len(c.conns)+1, "after", forgetFor)
 		}
 	}
+	var silent []string
 	for id, seen := range p.frontends {
 		if now.Sub(seen) > p.cfg.FrontendTimeout {
-			conns := p.forgetFrontendLocked(id)
-			p.forgotten[id] = now
-			p.cleanups[id] = &cleanup{feRev: p.feRevs[id], conns: conns, since: now}
-			p.log.Warn("frontend dead, forgetting its connections", "frontend", id, "connections", len(conns))
+			silent = append(silent, id)
 		}
+	}
+	// Every frontend silent at once is the registry (PW_REGISTRY without a
+	// leader takes no heartbeat), not the frontends: forgetting them all
+	// would only make the pusher read every connection back when it
+	// returns. Expiry waits until one is heard from again. With a single
+	// frontend the two cannot be told apart, and a silent one is expired.
+	suspend := len(silent) >= 2 && len(silent) == len(p.frontends)
+	if suspend != p.expirySuspended {
+		p.expirySuspended = suspend
+		if suspend {
+			p.m.expirySuspended.Set(1)
+			p.log.Warn("no frontend heard from within the timeout: the registry is not delivering heartbeats (no leader?); no frontend is expired until one is heard from", "frontends", len(silent), "timeout", p.cfg.FrontendTimeout)
+		} else {
+			p.m.expirySuspended.Set(0)
+			p.log.Info("a frontend was heard from: frontend expiry resumes")
+		}
+	}
+	if suspend {
+		silent = nil
+	}
+	for _, id := range silent {
+		conns := p.forgetFrontendLocked(id)
+		p.forgotten[id] = now
+		p.cleanups[id] = &cleanup{feRev: p.feRevs[id], conns: conns, since: now}
+		p.log.Warn("frontend dead, forgetting its connections", "frontend", id, "connections", len(conns))
 	}
 	p.mu.Unlock()
 	p.cleanFrontends(ctx)

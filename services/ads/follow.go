@@ -154,14 +154,15 @@ func (f *follower) start(ctx context.Context) (stop func(), err error) {
 	}
 	loopDone := make(chan struct{})
 	go f.applyLoop(loopDone)
-	// Pulls of bus.PullExpiry, as the services' consumers: a lost pull
-	// (the ordered consumer then starts over where it was) costs 5 s, not
-	// the 10 s of nats.go's default for ordered consumers.
-	cc, err := cons.Consume(f.handle, jetstream.PullExpiry(bus.PullExpiry), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+	// Pulls as the services' consumers make them (bus.PullConsume): a lost
+	// pull (the ordered consumer then starts over where it was) costs 2 s,
+	// not the 10 s of nats.go's default for ordered consumers.
+	opts := append(bus.PullConsume(), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 		if !errors.Is(err, jetstream.ErrNoHeartbeat) {
 			f.log.Warn("change stream consumer", "err", err)
 		}
 	}))
+	cc, err := cons.Consume(f.handle, opts...)
 	if err != nil {
 		close(f.quit)
 		<-loopDone

@@ -29,6 +29,7 @@ type metrics struct {
 	restarts        prometheus.Counter
 	lateSweeps      prometheus.Counter
 	expirySuspended prometheus.Gauge
+	consumerRetries prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -79,6 +80,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help:    "Push orders per message sent to a frontend.",
 			Buckets: prometheus.ExponentialBuckets(1, 2, 10),
 		}),
+		consumerRetries: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pilotwire_pusher_consumer_retries_total", Help: "Failed tries to create the PUSHES consumer at the start of a term, retried within it.",
+		}),
 		expirySuspended: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "pilotwire_pusher_frontend_expiry_suspended", Help: "1 while every frontend (two or more) is silent at once: the registry is not delivering heartbeats, and no frontend is expired until one is heard from.",
 		}),
@@ -116,7 +120,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "pilotwire_pusher_consumer_stalls_total", Help: "Times the newest PushRequest was not delivered within the consumer's ack wait and every connection behind it was caught up.",
 		}),
 	}
-	reg.MustRegister(m.stalls, m.restarts, m.lateSweeps, m.expirySuspended, m.lost, m.resyncs, m.behind, m.registryDones, m.oversized, m.registryErrors, m.consumeErrors, m.sendErrors, m.leader, m.batchSize, m.queueTime, m.orders, m.queueLen, m.inFlight, m.doneTimeouts, m.skipped, m.dones,
+	reg.MustRegister(m.stalls, m.restarts, m.lateSweeps, m.expirySuspended, m.consumerRetries, m.lost, m.resyncs, m.behind, m.registryDones, m.oversized, m.registryErrors, m.consumeErrors, m.sendErrors, m.leader, m.batchSize, m.queueTime, m.orders, m.queueLen, m.inFlight, m.doneTimeouts, m.skipped, m.dones,
 		m.connections, m.frontends, m.badMessages, m.pushRequests, m.latestSeq)
 	return m
 }

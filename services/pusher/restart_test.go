@@ -37,7 +37,7 @@ func (s failingConsumerStream) CreateOrUpdateConsumer(ctx context.Context, cfg j
 func TestActiveWorkFailureStartsAgain(t *testing.T) {
 	url := natstest.Start(t)
 	var fails atomic.Int32
-	fails.Store(2)
+	fails.Store(2 * consumerAttempts) // each term tries consumerAttempts times
 	p := runPusherHooks(t, url, Config{ID: "pa", LeaseTTL: 600 * time.Millisecond, FrontendTimeout: time.Minute}, &natstest.Hooks{
 		Stream: func(s jetstream.Stream) jetstream.Stream {
 			if s.CachedInfo().Config.Name != names.PushesStream() {
@@ -56,5 +56,36 @@ func TestActiveWorkFailureStartsAgain(t *testing.T) {
 	testutil.Eventually(t, "pushed", func() bool { return equal(fe.ordersFor("c"), []uint64{4}) })
 	if got := p.metric("pilotwire_pusher_restarts_total"); got != 2 {
 		t.Errorf("pilotwire_pusher_restarts_total = %v, want 2 (one per failed term)", got)
+	}
+}
+
+// TestConsumerRetriedWithinTheTerm: one consumer creation that fails (a
+// request lost while the meta leader changed) is retried at once within
+// the term, after a short timeout, rather than ending the term, which
+// costs a campaign and, with nats.go's 5 s request timeout, seconds
+// without pushes after a NATS node loss. Before, the term ended
+// (pilotwire_pusher_restarts_total 1).
+func TestConsumerRetriedWithinTheTerm(t *testing.T) {
+	url := natstest.Start(t)
+	var fails atomic.Int32
+	fails.Store(1)
+	p := runPusherHooks(t, url, Config{ID: "pa", LeaseTTL: 600 * time.Millisecond, FrontendTimeout: time.Minute}, &natstest.Hooks{
+		Stream: func(s jetstream.Stream) jetstream.Stream {
+			if s.CachedInfo().Config.Name != names.PushesStream() {
+				return s
+			}
+			return failingConsumerStream{Stream: s, fails: &fails}
+		},
+	})
+	fe := newFrontend(t, url, "fe-1")
+	fe.register("c", 0)
+	testutil.Eventually(t, "the connection known", func() bool { return p.metric("pilotwire_pusher_connections") == 1 })
+	p.push(t, &pb.PushRequest{Full: true, ThroughSeq: 4})
+	testutil.Eventually(t, "pushed", func() bool { return equal(fe.ordersFor("c"), []uint64{4}) })
+	if got := p.metric("pilotwire_pusher_restarts_total"); got != 0 {
+		t.Errorf("pilotwire_pusher_restarts_total = %v, want 0 (retried within the term)", got)
+	}
+	if got := p.metric("pilotwire_pusher_consumer_retries_total"); got != 1 {
+		t.Errorf("pilotwire_pusher_consumer_retries_total = %v, want 1", got)
 	}
 }

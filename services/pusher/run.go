@@ -206,7 +206,7 @@ func runActive(ctx, leaseCtx context.Context, cfg Config, names bus.Names, pushe
 	if cfg.now != nil {
 		p.now = cfg.now
 	}
-	cons, err := pushes.CreateOrUpdateConsumer(leaseCtx, jetstream.ConsumerConfig{
+	cons, err := p.createConsumer(leaseCtx, jetstream.ConsumerConfig{
 		Durable:       names.PusherConsumer(cfg.Shard),
 		Description:   "pusher: PushRequests to per-connection push orders",
 		FilterSubject: names.PushesSubject(),
@@ -311,6 +311,39 @@ func runActive(ctx, leaseCtx context.Context, cfg Config, names bus.Names, pushe
 	<-drained
 	wg.Wait()
 	return nil
+}
+
+// Consumer creation is retried within the term: a request lost while the
+// meta leader changes would otherwise cost nats.go's 5 s request timeout
+// and the term. consumerAttempts tries of at most consumerTimeout each,
+// then the term ends (logged and counted by Run).
+const (
+	consumerAttempts = 4
+	consumerTimeout  = 2 * time.Second
+	consumerBackoff  = 250 * time.Millisecond
+)
+
+func (p *Pusher) createConsumer(ctx context.Context, cfg jetstream.ConsumerConfig) (jetstream.Consumer, error) {
+	for attempt := 1; ; attempt++ {
+		cctx, cancel := context.WithTimeout(ctx, consumerTimeout)
+		cons, err := p.pushes.CreateOrUpdateConsumer(cctx, cfg)
+		cancel()
+		if err == nil {
+			return cons, nil
+		}
+		if ctx.Err() != nil || attempt == consumerAttempts {
+			return nil, err
+		}
+		p.m.consumerRetries.Inc()
+		p.log.Warn("pusher consumer not created, retrying", "attempt", attempt, "of", consumerAttempts, "err", err)
+		t := time.NewTimer(consumerBackoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		case <-t.C:
+		}
+	}
 }
 
 // handlePushRequest queues the request for every connection it can affect,

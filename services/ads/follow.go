@@ -266,8 +266,9 @@ func (f *follower) loadSnapshot(ctx context.Context, firstSeq, lastSeq uint64) (
 		}
 	}
 	if firstSeq > in.Seq+1 {
-		f.log.Error("the change stream lost records after the newest snapshot; starting from the stream instead", "snapshot_seq", in.Seq, "first_seq", firstSeq)
-		return nil, nil
+		// Limits removed records the snapshot does not hold: starting from
+		// it would miss them. Counted and logged as unusable by the caller.
+		return nil, fmt.Errorf("the change stream lost the records after the newest snapshot (snapshot at seq %d, the stream starts at %d)", in.Seq, firstSeq)
 	}
 	err = st.Read(ctx, *in, func(r snapshot.Record) error {
 		f.apply(r.Subject, r.Seq, r.Data)

@@ -155,16 +155,34 @@ func TestFrontendSkipsAnUnusableSnapshot(t *testing.T) {
 		ahead   uint64 // the snapshot's sequence past the stream's last
 		objects string
 		body    string
+		// behind: the snapshot is at seq 1 and the stream has lost the
+		// records after it (limits removed them): the frontend cannot
+		// start from it (before, it logged this but did not count it).
+		behind bool
 	}{
 		{name: "corrupt", objects: "2", body: "not a snapshot"},
 		{name: "ahead", ahead: 100, objects: "0", body: "PWSNAP1\n"},
+		{name: "behind", behind: true, objects: "0", body: "PWSNAP1\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := startFrontend(t, nil)
 			ctx, cancel := context.WithTimeout(context.Background(), testutil.DefaultTimeout)
 			defer cancel()
-			f.publish(t, pb.Op_OP_ADD, "", "Service", service("shop", "cart", 80))
+			if tc.behind {
+				f.publish(t, pb.Op_OP_ADD, "", "Service", service("shop", "gone", 80))
+				f.publish(t, pb.Op_OP_ADD, "", "Service", service("shop", "gone-too", 80))
+			}
+			first := f.publish(t, pb.Op_OP_ADD, "", "Service", service("shop", "cart", 80))
 			last := f.publish(t, pb.Op_OP_ADD, "discovery.k8s.io", "EndpointSlice", slice("shop", "cart", 8080, "10.1.0.1"))
+			if tc.behind {
+				st, err := f.js.Stream(ctx, f.names.ChangesStream())
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := st.Purge(ctx, jetstream.WithPurgeSequence(first)); err != nil {
+					t.Fatal(err)
+				}
+			}
 			if _, err := snapshot.Ensure(ctx, f.js, f.names, bus.StreamOptions{}); err != nil {
 				t.Fatal(err)
 			}
@@ -173,6 +191,9 @@ func TestFrontendSkipsAnUnusableSnapshot(t *testing.T) {
 				t.Fatal(err)
 			}
 			seq := last + tc.ahead
+			if tc.behind {
+				seq = 1
+			}
 			if _, err := os.Put(ctx, jetstream.ObjectMeta{
 				Name:     fmt.Sprintf("changes-%020d", seq),
 				Metadata: map[string]string{"seq": fmt.Sprint(seq), "time": time.Now().UTC().Format(time.RFC3339Nano), "objects": tc.objects},

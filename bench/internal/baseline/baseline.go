@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http/pprof"
 	"sync"
 	"time"
 
@@ -203,6 +204,10 @@ func (s *Server) Run(ctx context.Context) error {
 	defer cancel()
 	if s.cfg.HTTPAddr != "" {
 		hs := svc.NewHTTPServer(s.cfg.HTTPAddr, s.cfg.Registry, health, s.log)
+		// The heap profile, as pilotwire's services serve it on their debug
+		// listener: the bench asks for it with ?gc=1 to force a GC before it
+		// reads the Go runtime's memory metrics from outside.
+		hs.Handle("/debug/pprof/heap", pprof.Handler("heap"))
 		if err := hs.Listen(); err != nil {
 			return err
 		}

@@ -39,6 +39,11 @@ type Instance interface {
 	// FrontendRSS is the resident memory of the process holding the ADS
 	// streams.
 	FrontendRSS() (bytes uint64, ok bool)
+	// FrontendLive is the same process's live heap plus goroutine stacks
+	// right after two GCs it is asked for from outside
+	// (/debug/pprof/heap?gc=1, then go_memstats_heap_alloc_bytes and
+	// go_memstats_stack_inuse_bytes from its /metrics).
+	FrontendLive(ctx context.Context) (bytes uint64, ok bool)
 	// Marshals is the ADS frontend's pilotwire_xds_marshals_total.
 	Marshals(ctx context.Context) (n float64, ok bool)
 	// MarshalsPerResponse is true when the server marshals every resource

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -158,6 +159,35 @@ func FreePorts(n int) (int, error) {
 func addr(port int) string { return "127.0.0.1:" + strconv.Itoa(port) }
 
 // metric reads the sum of every series of a metric from a /metrics page.
+// liveAfterGC asks the process serving pprofURL (its /debug/pprof/heap)
+// for a heap profile after a forced GC, twice, then reads its live heap
+// and goroutine stacks from metricsURL. Twice: buffers in a sync.Pool
+// (grpc-go's pooled send buffers, about 460 KiB a stream right after a
+// sync) survive the first GC in the pool's victim cache.
+func liveAfterGC(ctx context.Context, pprofURL, metricsURL string) (uint64, bool) {
+	for range 2 {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, pprofURL+"?gc=1", nil)
+		if err != nil {
+			return 0, false
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return 0, false
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return 0, false
+		}
+	}
+	heap, ok1 := metric(ctx, metricsURL, "go_memstats_heap_alloc_bytes")
+	stack, ok2 := metric(ctx, metricsURL, "go_memstats_stack_inuse_bytes")
+	if !ok1 || !ok2 {
+		return 0, false
+	}
+	return uint64(heap + stack), true
+}
+
 func metric(ctx context.Context, url, name string) (float64, bool) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {

@@ -106,6 +106,20 @@ func (r *Report) rows() []row {
 				return judge(extra <= targetStreamExtra, fmt.Sprintf("≤ 48 KiB beyond grpc-go's own (bare gRPC ADS: %.1f KiB; extra %.1f KiB)",
 					c.Bare.RSSPerStream/1024, extra/1024))
 			}},
+		{label: "KiB live per stream after two GCs (ADS process, heap + stacks, asked from outside)", value: func(rr *RoundResult) float64 {
+			if rr.LivePerStream == 0 {
+				return math.NaN()
+			}
+			return rr.LivePerStream
+		}, unit: unitKiB,
+			target: func(c *ConfigResult, o, _ stats.Summary) string {
+				if c.Bare == nil || c.Bare.Err != "" || c.Bare.LivePerStream == 0 {
+					return "≤ 48 KiB beyond grpc-go's own (bare server not measured)"
+				}
+				extra := o.Median - c.Bare.LivePerStream
+				return judge(extra <= targetStreamExtra, fmt.Sprintf("≤ 48 KiB beyond grpc-go's own (bare gRPC ADS: %.1f KiB; extra %.1f KiB)",
+					c.Bare.LivePerStream/1024, extra/1024))
+			}},
 		{label: "KiB resident per stream at the end of the trace", value: func(rr *RoundResult) float64 {
 			if rr.RSSEnd <= rr.RSSIdle {
 				return math.NaN()

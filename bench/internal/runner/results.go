@@ -78,6 +78,12 @@ type RoundResult struct {
 	RSSEnd    uint64 `json:"rss_end"`
 	// RSSPerStream is (RSSSynced - RSSIdle) / Proxies.
 	RSSPerStream float64 `json:"rss_per_stream"`
+	// Live heap plus goroutine stacks of the same process right after a
+	// GC asked for from outside, before the fleet and once in sync, and
+	// their difference per stream.
+	LiveIdle      uint64  `json:"live_idle,omitempty"`
+	LiveSynced    uint64  `json:"live_synced,omitempty"`
+	LivePerStream float64 `json:"live_per_stream,omitempty"`
 	// FinalStates is the number of distinct configurations the proxies
 	// held at the end (1 when they agree); FinalOK whether it is the
 	// expected one and a fresh reference proxy got it too.
@@ -102,7 +108,11 @@ type BareResult struct {
 	RSSIdle      uint64  `json:"rss_idle"`
 	RSSSynced    uint64  `json:"rss_synced"`
 	RSSPerStream float64 `json:"rss_per_stream"`
-	Err          string  `json:"error,omitempty"`
+	// As RoundResult's.
+	LiveIdle      uint64  `json:"live_idle,omitempty"`
+	LiveSynced    uint64  `json:"live_synced,omitempty"`
+	LivePerStream float64 `json:"live_per_stream,omitempty"`
+	Err           string  `json:"error,omitempty"`
 }
 
 // ConfigResult is every round of one (proxies, mesh) configuration.

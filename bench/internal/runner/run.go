@@ -217,6 +217,7 @@ func (r *runner) trace(ctx context.Context, sys System, spec mesh.Spec, n, idx i
 		return fmt.Errorf("before the fleet: %w", err)
 	}
 	rr.RSSIdle, _ = inst.FrontendRSS()
+	rr.LiveIdle, _ = inst.FrontendLive(ctx)
 
 	fleet, err := r.cfg.Fleets.NewFleet(ctx, loadgen.Options{Addr: inst.ADSAddr(), Proxies: n, Delta: r.cfg.Delta, DecodeAll: r.cfg.DecodeAll, Log: r.log})
 	if err != nil {
@@ -238,6 +239,10 @@ func (r *runner) trace(ctx context.Context, sys System, spec mesh.Spec, n, idx i
 	rr.RSSSynced, _ = inst.FrontendRSS()
 	if rr.RSSSynced > rr.RSSIdle {
 		rr.RSSPerStream = float64(rr.RSSSynced-rr.RSSIdle) / float64(n)
+	}
+	if live, ok := inst.FrontendLive(ctx); ok && rr.LiveIdle > 0 && live > rr.LiveIdle {
+		rr.LiveSynced = live
+		rr.LivePerStream = float64(live-rr.LiveIdle) / float64(n)
 	}
 
 	// 1: one endpoint changes.
@@ -525,6 +530,7 @@ func (r *runner) bare(ctx context.Context, spec mesh.Spec, n int) *BareResult {
 		return fail(err)
 	}
 	res.RSSIdle, _ = inst.FrontendRSS()
+	res.LiveIdle, _ = inst.FrontendLive(ctx)
 	f, err := r.cfg.Fleets.NewFleet(ctx, loadgen.Options{Addr: inst.ADSAddr(), Proxies: n, Delta: r.cfg.Delta})
 	if err != nil {
 		return fail(err)
@@ -551,7 +557,11 @@ func (r *runner) bare(ctx context.Context, spec mesh.Spec, n int) *BareResult {
 	if res.RSSSynced > res.RSSIdle {
 		res.RSSPerStream = float64(res.RSSSynced-res.RSSIdle) / float64(n)
 	}
-	r.printf("[bare grpc n=%d] %.1f KiB per stream", n, res.RSSPerStream/1024)
+	if live, ok := inst.FrontendLive(ctx); ok && res.LiveIdle > 0 && live > res.LiveIdle {
+		res.LiveSynced = live
+		res.LivePerStream = float64(live-res.LiveIdle) / float64(n)
+	}
+	r.printf("[bare grpc n=%d] %.1f KiB resident, %.1f KiB live after two GCs, per stream", n, res.RSSPerStream/1024, res.LivePerStream/1024)
 	return res
 }
 

@@ -107,6 +107,12 @@ func (i *oursInstance) FrontendRSS() (uint64, bool) {
 	return v, err == nil
 }
 
+// FrontendLive: the ADS frontend serves pprof on its debug listener, its
+// HTTP port + 100 (svc.DefaultDebugAddr, as up starts it).
+func (i *oursInstance) FrontendLive(ctx context.Context) (uint64, bool) {
+	return liveAfterGC(ctx, "http://"+addr(i.httpBase+4+100)+"/debug/pprof/heap", i.metrics)
+}
+
 func (i *oursInstance) Marshals(ctx context.Context) (float64, bool) {
 	return metric(ctx, i.metrics, "pilotwire_xds_marshals_total")
 }
@@ -188,6 +194,10 @@ func (i *baselineInstance) CPU() (time.Duration, bool) {
 func (i *baselineInstance) FrontendRSS() (uint64, bool) {
 	v, err := procstat.RSS(i.pr.pid())
 	return v, err == nil
+}
+
+func (i *baselineInstance) FrontendLive(ctx context.Context) (uint64, bool) {
+	return liveAfterGC(ctx, strings.TrimSuffix(i.metrics, "/metrics")+"/debug/pprof/heap", i.metrics)
 }
 
 func (i *baselineInstance) Marshals(ctx context.Context) (float64, bool) {

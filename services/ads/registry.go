@@ -31,14 +31,14 @@ type registry struct {
 	notify    chan struct{}
 	connCount func() int
 	applied   func() uint64
-	pushRate  func() float64              // orders completed per busy second (nil: unknown)
+	pushRate  func() float64 // orders completed per busy second (nil: unknown)
 	// reconnects counts the NATS connection's reconnects (nil: none);
 	// kick, when the connection is back, writes the heartbeat at once so
 	// the pusher learns of it (and resyncs the orders that were lost)
 	// without waiting for the next interval.
 	reconnects func() uint64
 	kick       chan struct{}
-	all       func() []*pb.ConnectionInfo // every connection's latest view
+	all        func() []*pb.ConnectionInfo // every connection's latest view
 	// ownConns prefixes the ids of this process's connections (its
 	// incarnation); removeStale leaves their entries alone.
 	ownConns string

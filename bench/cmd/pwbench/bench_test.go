@@ -91,7 +91,11 @@ type inProcInstance struct {
 func (i *inProcInstance) ADSAddr() string             { return i.addr }
 func (i *inProcInstance) CPU() (time.Duration, bool)  { return 0, false } // not separable in-process
 func (i *inProcInstance) FrontendRSS() (uint64, bool) { return 0, false }
-func (i *inProcInstance) MarshalsPerResponse() bool   { return i.perResponse }
+
+// FrontendLive: the frontend shares the test's process, so there is no
+// outside view of its memory.
+func (i *inProcInstance) FrontendLive(context.Context) (uint64, bool) { return 0, false }
+func (i *inProcInstance) MarshalsPerResponse() bool                   { return i.perResponse }
 func (i *inProcInstance) Marshals(context.Context) (float64, bool) {
 	if i.reg == nil {
 		return 0, false

@@ -4,13 +4,12 @@ import (
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"github.com/pilotwire/pilotwire/internal/testkit/natstest"
 )
 
-// nats.go v1.55's ObjectStore.Put (snapshot writes) can leave one
-// resetPendingAcksOnReconnect goroutine blocked on a nil channel: Put's
-// deferred cleanupReplySub may clear the channel before the goroutine it
-// started reads it. The leak is upstream's; see
-// services/ingest/publish/main_test.go.
+// Snapshot writes meet nats.go's own leak on ObjectStore.Put
+// (natstest.UpstreamLeaks); every other goroutine is checked.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("github.com/nats-io/nats.go/jetstream.(*jetStream).resetPendingAcksOnReconnect"))
+	goleak.VerifyTestMain(m, natstest.UpstreamLeaks()...)
 }

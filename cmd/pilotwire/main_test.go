@@ -4,6 +4,10 @@ import (
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"github.com/pilotwire/pilotwire/internal/testkit/natstest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// nats.go's own leak on an object store Put (natstest.UpstreamLeaks) is
+// ignored; every other goroutine is checked.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, natstest.UpstreamLeaks()...) }

@@ -109,15 +109,16 @@ func TestConfigDumpMatchesWhatThePodGets(t *testing.T) {
 	if !slices.Contains(names(cds), "inbound|8080||") {
 		t.Fatalf("CDS %v lacks the pod's inbound cluster", names(cds))
 	}
-	testutil.Eventually(t, "connection published", func() bool {
-		var rows []syncStatus
-		getJSON(t, f.http+"/debug/syncz", &rows)
-		return len(rows) == 1
-	})
+	// The connection's view is published when the stream opens and again
+	// once it watches CDS; config_dump shows what the view watches.
 	var dump map[string]json.RawMessage
-	if code := getJSON(t, f.http+"/debug/config_dump?proxyID="+node.Id, &dump); code != http.StatusOK {
-		t.Fatalf("config_dump status %d", code)
-	}
+	testutil.Eventually(t, "the connection published with its CDS watch", func() bool {
+		dump = nil
+		if code := getJSON(t, f.http+"/debug/config_dump?proxyID="+node.Id, &dump); code != http.StatusOK && code != http.StatusNotFound {
+			t.Fatalf("config_dump status %d", code)
+		}
+		return dump["cds"] != nil
+	})
 	var cdsDump struct {
 		Version string `json:"version"`
 	}

@@ -4,16 +4,12 @@ import (
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"github.com/pilotwire/pilotwire/internal/testkit/natstest"
 )
 
-// The snapshot tests write snapshots with nats.go's ObjectStore.Put. In
-// nats.go v1.55 Put's own JetStream context starts
-// resetPendingAcksOnReconnect, which reads its status channel under the
-// publisher lock after the goroutine starts; when Put's deferred
-// cleanupReplySub takes the lock first and sets the channel to nil, the
-// goroutine blocks on the nil channel for good (jetstream/publish.go
-// newAsyncReply, jetstream.go cleanupReplySub). That leak is upstream's,
-// one goroutine per unlucky Put; every other goroutine is checked.
+// The snapshot tests write snapshots with nats.go's ObjectStore.Put,
+// whose own leak natstest.UpstreamLeaks describes and ignores.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("github.com/nats-io/nats.go/jetstream.(*jetStream).resetPendingAcksOnReconnect"))
+	goleak.VerifyTestMain(m, natstest.UpstreamLeaks()...)
 }

@@ -37,23 +37,6 @@ func startMesh(t *testing.T) (*pipelinetest.Pipeline, string, connConfig, *sessi
 		t.Fatal(err)
 	}
 	t.Cleanup(s.close)
-	// Every service is ready once ingest has published its initial scan,
-	// but the frontend may have read the stream's end just before: wait
-	// until its model holds the whole scan, so a client's first responses
-	// are the mesh's and no push of it comes in between.
-	ctx, cancel := context.WithTimeout(context.Background(), testutil.DefaultTimeout)
-	defer cancel()
-	st, err := s.js.Stream(ctx, s.names.ChangesStream())
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := st.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.WaitFor(t, "the frontend's model at the initial scan", func() bool {
-		return p.Metric(t, "fe-0", "pilotwire_ads_applied_seq") >= float64(info.State.LastSeq)
-	})
 	return p, dir, cc, s
 }
 

@@ -19,6 +19,7 @@ import (
 
 	"github.com/pilotwire/pilotwire/internal/testkit/natstest"
 	"github.com/pilotwire/pilotwire/internal/testkit/testutil"
+	"github.com/pilotwire/pilotwire/pkg/bus"
 	"github.com/pilotwire/pilotwire/pkg/debounce"
 	"github.com/pilotwire/pilotwire/pkg/svc"
 	"github.com/pilotwire/pilotwire/services/ads"
@@ -144,6 +145,31 @@ func Start(t *testing.T, dir string, opts ...Options) *Pipeline {
 		}
 		return true
 	})
+	// Ingest is ready once it has published its initial scan, but a
+	// frontend may have read the stream's end just before: wait until
+	// every frontend's model holds the scan, so a test's first responses
+	// are the directory's and no push of it comes in between.
+	_, js := natstest.Connect(t, url)
+	sctx, scancel := context.WithTimeout(context.Background(), testutil.DefaultTimeout)
+	defer scancel()
+	names, err := bus.NewNames(common.Prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := js.Stream(sctx, names.ChangesStream())
+	if err != nil {
+		t.Fatalf("changes stream: %v", err)
+	}
+	info, err := st.Info(sctx)
+	if err != nil {
+		t.Fatalf("changes stream info: %v", err)
+	}
+	for i := range o.Frontends {
+		name := fmt.Sprintf("fe-%d", i)
+		p.WaitFor(t, name+"'s model at the initial scan", func() bool {
+			return p.Metric(t, name, "pilotwire_ads_applied_seq") >= float64(info.State.LastSeq)
+		})
+	}
 	return p
 }
 

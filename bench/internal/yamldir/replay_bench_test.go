@@ -15,24 +15,7 @@ import (
 // does (protobuf decode, Apply, Snapshot), without NATS: the CPU bound of
 // replay. Profile it with -cpuprofile to see where replay time goes.
 func BenchmarkModelReplay(b *testing.B) {
-	m, err := mesh.New(mesh.Spec{Services: 1000, Endpoints: 10, Seed: 1})
-	if err != nil {
-		b.Fatal(err)
-	}
-	dir := b.TempDir()
-	if err := m.WriteAll(dir); err != nil {
-		b.Fatal(err)
-	}
-	recs, errs := New(dir, "Kubernetes").Scan()
-	if len(errs) > 0 {
-		b.Fatal(errs)
-	}
-	raw := make([][]byte, len(recs))
-	for i, r := range recs {
-		if raw[i], err = proto.Marshal(r); err != nil {
-			b.Fatal(err)
-		}
-	}
+	raw := meshRecords(b, 1000)
 	b.ReportAllocs()
 	b.ResetTimer()
 	cpu := cpuTime()

@@ -29,22 +29,7 @@ func benchStore(b *testing.B, n, k int) *Store {
 // update in a 1000-service x 10-endpoint mesh, then a snapshot.
 func BenchmarkApplyAndSnapshot(b *testing.B) {
 	s := benchStore(b, 1000, 10)
-	// Alternate between two versions of one slice: one endpoint flaps.
-	var protos [2]*pb.ChangeRecord
-	for i := range protos {
-		eps := []ep{{addr: "10.0.7.1"}, {addr: "10.0.7.2", ready: ptr(i == 0)}}
-		protos[i] = upd("c1", slice("ns", "svc-0007-abc", "svc-0007", []slicePort{named("http", 8080)}, eps...)).proto(b)
-	}
-	b.ReportAllocs()
-	for b.Loop() {
-		seq := s.AppliedSeq() + 1
-		if err := s.Apply(protos[seq%2], seq); err != nil {
-			b.Fatal(err)
-		}
-		if m := s.Snapshot(); m.Seq != seq {
-			b.Fatalf("snapshot at %d, want %d", m.Seq, seq)
-		}
-	}
+	flapEndpoint(b, s)
 }
 
 // benchIstioStore is benchStore's mesh plus 5,000 labelled Pods (five per
@@ -138,6 +123,14 @@ func BenchmarkApplyAndSnapshotGatewayAPI(b *testing.B) {
 	if s.Snapshot().VirtualServiceFor("ns", Hostname("ns", "svc-0000")) == nil {
 		b.Fatal("the route has no VirtualService")
 	}
+	flapEndpoint(b, s)
+}
+
+// flapEndpoint times one EndpointSlice update and a snapshot per
+// iteration, alternating between two versions of one slice of s: one
+// endpoint flaps.
+func flapEndpoint(b *testing.B, s *Store) {
+	b.Helper()
 	var protos [2]*pb.ChangeRecord
 	for i := range protos {
 		eps := []ep{{addr: "10.0.7.1"}, {addr: "10.0.7.2", ready: ptr(i == 0)}}

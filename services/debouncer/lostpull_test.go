@@ -30,21 +30,25 @@ import (
 // change published then must be pushed well within nats.go's 30 s; before
 // the fix it took about 30 s and the test failed at its 15 s bound.
 func TestLostPullRequestIsReissued(t *testing.T) {
+	// users gives the debouncer's user everything, or everything but
+	// publishing pull requests.
+	users := func(pull bool) []*server.User {
+		p := &server.Permissions{Publish: &server.SubjectPermission{Allow: []string{">"}}, Subscribe: &server.SubjectPermission{Allow: []string{">"}}}
+		if !pull {
+			p.Publish.Deny = []string{"$JS.API.CONSUMER.MSG.NEXT.>"}
+		}
+		return []*server.User{{Username: "deb", Password: "deb", Permissions: p}, {Username: "admin", Password: "admin"}}
+	}
 	var opts *server.Options
-	allowAll := &server.Permissions{Publish: &server.SubjectPermission{Allow: []string{">"}}, Subscribe: &server.SubjectPermission{Allow: []string{">"}}}
 	srv := natstest.StartServerWith(t, func(o *server.Options) {
-		o.Users = []*server.User{{Username: "deb", Password: "deb", Permissions: allowAll}, {Username: "admin", Password: "admin"}}
+		o.Users = users(true)
 		opts = o
 	})
 	url := srv.ClientURL()
 	setPullAllowed := func(allowed bool) {
 		t.Helper()
 		o := opts.Clone()
-		p := &server.Permissions{Publish: &server.SubjectPermission{Allow: []string{">"}}, Subscribe: &server.SubjectPermission{Allow: []string{">"}}}
-		if !allowed {
-			p.Publish.Deny = []string{"$JS.API.CONSUMER.MSG.NEXT.>"}
-		}
-		o.Users = []*server.User{{Username: "deb", Password: "deb", Permissions: p}, {Username: "admin", Password: "admin"}}
+		o.Users = users(allowed)
 		if err := srv.ReloadOptions(o); err != nil {
 			t.Fatal(err)
 		}

@@ -12,7 +12,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/pilotwire/pilotwire/bench/internal/mesh"
 	"github.com/pilotwire/pilotwire/internal/testkit/natstest"
 	"github.com/pilotwire/pilotwire/pkg/bus"
 	"github.com/pilotwire/pilotwire/pkg/svc"
@@ -28,18 +27,7 @@ import (
 //
 //	go test ./bench/internal/yamldir -run '^$' -bench BenchmarkFrontendReplay -benchtime 5x -count 5
 func BenchmarkFrontendReplay(b *testing.B) {
-	m, err := mesh.New(mesh.Spec{Services: 10000, Endpoints: 10, Seed: 1})
-	if err != nil {
-		b.Fatal(err)
-	}
-	dir := b.TempDir()
-	if err := m.WriteAll(dir); err != nil {
-		b.Fatal(err)
-	}
-	recs, errs := New(dir, "Kubernetes").Scan()
-	if len(errs) > 0 {
-		b.Fatal(errs)
-	}
+	recs := meshScan(b, 10000)
 	url := natstest.Start(b)
 	nc, js := natstest.Connect(b, url)
 	names, err := bus.NewNames("pw")

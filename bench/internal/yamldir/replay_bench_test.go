@@ -79,9 +79,8 @@ func BenchmarkModelReplayDecodeAhead(b *testing.B) {
 	b.ReportMetric(float64(len(raw)*b.N)/(cpuTime()-cpu).Seconds(), "records/cpu-s")
 }
 
-// meshRecords returns the change records of the services x 10 mesh,
-// marshaled.
-func meshRecords(b *testing.B, services int) [][]byte {
+// meshScan writes the services x 10 mesh and returns its change records.
+func meshScan(b *testing.B, services int) []*pb.ChangeRecord {
 	b.Helper()
 	m, err := mesh.New(mesh.Spec{Services: services, Endpoints: 10, Seed: 1})
 	if err != nil {
@@ -95,7 +94,16 @@ func meshRecords(b *testing.B, services int) [][]byte {
 	if len(errs) > 0 {
 		b.Fatal(errs)
 	}
+	return recs
+}
+
+// meshRecords returns the change records of the services x 10 mesh,
+// marshaled.
+func meshRecords(b *testing.B, services int) [][]byte {
+	b.Helper()
+	recs := meshScan(b, services)
 	raw := make([][]byte, len(recs))
+	var err error
 	for i, r := range recs {
 		if raw[i], err = proto.Marshal(r); err != nil {
 			b.Fatal(err)

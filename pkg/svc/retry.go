@@ -19,18 +19,23 @@ type RetryOptions struct {
 	Log   *slog.Logger
 	Msg   string
 	Attrs []any
-	// Failures counts each failed try.
+	// Failures counts each failed try that is retried.
 	Failures prometheus.Counter
+	// Attempts, if above zero, bounds the tries: the error of the last is
+	// returned, neither counted nor logged here (the caller reports it, as
+	// the end of a term, say). Zero: until a try succeeds or ctx ends.
+	Attempts int
 	// OnFailure, if set, also hears of each failure and the wait before the
 	// next try (to report a readiness reason, say).
 	OnFailure func(err error, wait time.Duration)
 }
 
-// Retry calls attempt until it succeeds or ctx ends. Each failure is
-// counted, logged and passed to OnFailure, then Retry waits (cancellably)
-// before the next try. A failure after ctx ended is neither counted nor
-// logged: it is the cancellation. Retry returns nil on success, ctx's error
-// otherwise.
+// Retry calls attempt until it succeeds, ctx ends, or Attempts tries
+// failed. Each failure to be retried is counted, logged and passed to
+// OnFailure, then Retry waits (cancellably) before the next try. A failure
+// after ctx ended is neither counted nor logged: it is the cancellation.
+// Retry returns nil on success, ctx's error when ctx ended, and the last
+// try's error when Attempts ran out.
 func Retry(ctx context.Context, o RetryOptions, attempt func() error) error {
 	if o.Log == nil || o.Failures == nil || o.Msg == "" {
 		panic("svc.Retry: Log, Msg and Failures are required")
@@ -42,13 +47,16 @@ func Retry(ctx context.Context, o RetryOptions, attempt func() error) error {
 			t.Stop()
 		}
 	}()
-	for {
+	for tries := 1; ; tries++ {
 		err := attempt()
 		if err == nil {
 			return nil
 		}
 		if ctx.Err() != nil {
 			return ctx.Err()
+		}
+		if o.Attempts > 0 && tries >= o.Attempts {
+			return err
 		}
 		o.Failures.Inc()
 		o.Log.Warn(o.Msg, append([]any{"err", err, "backoff", wait}, o.Attrs...)...)

@@ -193,3 +193,30 @@ func TestRetryRequiresLogAndCounter(t *testing.T) {
 		})
 	}
 }
+
+func TestRetryGivesUpAfterAttempts(t *testing.T) {
+	e := newRetryEnv()
+	o := e.options(time.Millisecond, time.Millisecond)
+	o.Attempts = 3
+	tries := 0
+	err := svc.Retry(testCtx(t), o, func() error { tries++; return fmt.Errorf("down %d", tries) })
+	if err == nil || err.Error() != "down 3" {
+		t.Errorf("Retry = %v, want the last try's error, down 3", err)
+	}
+	// The two retried failures are reported; the last is the caller's.
+	if tries != 3 || promtest.ToFloat64(e.failures) != 2 || len(e.logLines()) != 2 {
+		t.Errorf("tries = %d, failures = %v, log lines = %d; want 3, 2, 2", tries, promtest.ToFloat64(e.failures), len(e.logLines()))
+	}
+	e = newRetryEnv()
+	o = e.options(time.Millisecond, time.Millisecond)
+	o.Attempts = 3
+	tries = 0
+	if err := svc.Retry(testCtx(t), o, func() error {
+		if tries++; tries < 3 {
+			return errors.New("down")
+		}
+		return nil
+	}); err != nil {
+		t.Errorf("Retry succeeding on the last try = %v, want nil", err)
+	}
+}

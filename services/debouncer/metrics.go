@@ -20,6 +20,7 @@ type metrics struct {
 	published      prometheus.Counter
 	oversized      *prometheus.CounterVec
 	restarts       prometheus.Counter
+	resumeRetries  prometheus.Counter
 	fenced         prometheus.Counter
 	lastConsumed   atomic.Int64 // unix nanoseconds; 0 when not active
 	lastThroughSeq prometheus.Gauge
@@ -69,6 +70,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		restarts: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "pilotwire_debounce_restarts_total", Help: "Terms as the active instance ended by an error (the lease is given up and the work starts again).",
 		}),
+		resumeRetries: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pilotwire_debounce_resume_retries_total", Help: "Failed tries to resume (read the consumer's floor, recreate the consumer) at the start of a term, retried within it.",
+		}),
 		fenced: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "pilotwire_debounce_fenced_total", Help: "PushRequest publishes rejected because another instance wrote to PUSHES (this one then stands by).",
 		}),
@@ -105,7 +109,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		return time.Since(time.Unix(0, at)).Seconds()
 	})
 	reg.MustRegister(lastConsumedAge, m.leader, m.debounceTime, m.inbound, m.triggers, m.merged, m.pending, m.skipped, m.badRecords,
-		m.consumeErrors, m.publishErrors, m.published, m.oversized, m.restarts, m.fenced, m.lastThroughSeq,
+		m.consumeErrors, m.publishErrors, m.published, m.oversized, m.restarts, m.resumeRetries, m.fenced, m.lastThroughSeq,
 		m.indexSlices, m.indexPods, m.indexSeconds, m.indexTruncated)
 	return m
 }

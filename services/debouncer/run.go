@@ -164,6 +164,33 @@ func (a *active) resume(ctx context.Context) (resumed, error) {
 	return r, nil
 }
 
+// The resume is retried within the term: a request lost while the
+// stream's, the consumer's or the meta leader's raft group elects a
+// leader would otherwise cost nats.go's 5 s request timeout and the term
+// (a standby then takes over only after the lease TTL). resume is safe to
+// repeat: it destroys nothing it has not replaced.
+const (
+	resumeAttempts = 4
+	resumeTimeout  = 2 * time.Second
+	resumeBackoff  = 250 * time.Millisecond
+)
+
+func (a *active) resumeRetried(ctx context.Context) (resumed, error) {
+	var r resumed
+	err := svc.Retry(ctx, svc.RetryOptions{
+		First: resumeBackoff, Max: resumeBackoff, Attempts: resumeAttempts,
+		Log: a.log, Msg: "debouncer not resumed, retrying", Attrs: []any{"attempts", resumeAttempts},
+		Failures: a.m.resumeRetries,
+	}, func() error {
+		actx, cancel := context.WithTimeout(ctx, resumeTimeout)
+		defer cancel()
+		var err error
+		r, err = a.resume(actx)
+		return err
+	})
+	return r, err
+}
+
 // readPushes reads PushRequests backwards from the newest: the newest
 // one's complete_through_seq raises r.floor, and r.covered collects the
 // ranges they cover above it. Requests are emitted one at a time, so once
@@ -209,7 +236,7 @@ func readPushes(ctx context.Context, pushes jetstream.Stream, r *resumed) error 
 
 // run is the active loop: it ends when ctx ends (lease lost or shutdown).
 func (a *active) run(ctx context.Context) error {
-	r, err := a.resume(ctx)
+	r, err := a.resumeRetried(ctx)
 	if err != nil {
 		return err
 	}

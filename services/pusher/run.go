@@ -324,26 +324,19 @@ const (
 )
 
 func (p *Pusher) createConsumer(ctx context.Context, cfg jetstream.ConsumerConfig) (jetstream.Consumer, error) {
-	for attempt := 1; ; attempt++ {
+	var cons jetstream.Consumer
+	err := svc.Retry(ctx, svc.RetryOptions{
+		First: consumerBackoff, Max: consumerBackoff, Attempts: consumerAttempts,
+		Log: p.log, Msg: "pusher consumer not created, retrying", Attrs: []any{"attempts", consumerAttempts},
+		Failures: p.m.consumerRetries,
+	}, func() error {
 		cctx, cancel := context.WithTimeout(ctx, consumerTimeout)
-		cons, err := p.pushes.CreateOrUpdateConsumer(cctx, cfg)
-		cancel()
-		if err == nil {
-			return cons, nil
-		}
-		if ctx.Err() != nil || attempt == consumerAttempts {
-			return nil, err
-		}
-		p.m.consumerRetries.Inc()
-		p.log.Warn("pusher consumer not created, retrying", "attempt", attempt, "of", consumerAttempts, "err", err)
-		t := time.NewTimer(consumerBackoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil, ctx.Err()
-		case <-t.C:
-		}
-	}
+		defer cancel()
+		var err error
+		cons, err = p.pushes.CreateOrUpdateConsumer(cctx, cfg)
+		return err
+	})
+	return cons, err
 }
 
 // handlePushRequest queues the request for every connection it can affect,

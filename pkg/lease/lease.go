@@ -5,7 +5,11 @@
 // machines does not matter. A holder that stood by because its renewals
 // failed (the bucket without a leader) takes its lease back as soon as the
 // bucket answers, if the entry is still the revision it wrote: nobody took
-// it meanwhile, and it runs no work.
+// it meanwhile, and it runs no work. A process started again under the id
+// that holds the lease (a container restarted in its pod) takes it at its
+// first campaign without waiting out the TTL, as client-go's leader
+// election does; the write raises the revision, so anything the earlier
+// process still sends is fenced.
 package lease
 
 import (
@@ -28,7 +32,9 @@ type Elector struct {
 	// KV is the lease bucket; Key names the lease (one per role and shard).
 	KV  jetstream.KeyValue
 	Key string
-	// Holder identifies this instance; unique per process.
+	// Holder identifies this instance: no two live processes may share it.
+	// A process that finds its own Holder on the lease at its first
+	// campaign is that holder restarted, and takes the lease at once.
 	Holder string
 	// TTL: a lease not renewed for this long may be taken over. Renewal
 	// happens every TTL/3. Default DefaultTTL.
@@ -47,6 +53,9 @@ type Elector struct {
 	// while active, kept after it stood by for failed renewals (0: none).
 	// Owned by Run's goroutine.
 	ownRev uint64
+	// campaigned: a campaign round of this elector has read the lease.
+	// Owned by Run's goroutine.
+	campaigned bool
 }
 
 // ErrLost is the cause of the work context's cancellation when the lease
@@ -89,6 +98,9 @@ func (e *Elector) Run(ctx context.Context, work func(ctx context.Context) error)
 		rev, won, err := e.tryAcquire(ctx, &observedRev, &observedAt)
 		if err != nil && ctx.Err() == nil {
 			e.Log.Warn("lease campaign", "key", e.Key, "err", err)
+		}
+		if err == nil {
+			e.campaigned = true
 		}
 		if won {
 			if err := e.lead(ctx, rev, sent, tick, work); err != nil {
@@ -142,6 +154,20 @@ func (e *Elector) tryAcquire(ctx context.Context, observedRev *uint64, observedA
 				e.ownRev = own // the bucket may still be failing: try again next round
 				return 0, false, fmt.Errorf("take back lease %s: %w", e.Key, err)
 			}
+		}
+	}
+	if !e.campaigned && string(entry.Value()) == e.Holder {
+		// This process's first look finds its own id: the holder was this
+		// instance before a restart (kill, crash, container restart) and
+		// runs no work now. The compare-and-set fails if anyone wrote the
+		// lease since it was read.
+		rev, err := e.KV.Update(ctx, e.Key, []byte(e.Holder), entry.Revision())
+		if err == nil {
+			e.Log.Info("lease held under this instance's id before a restart: taken at once", "key", e.Key)
+			return rev, true, nil
+		}
+		if !isConflict(err) {
+			return 0, false, fmt.Errorf("take over own lease %s after a restart: %w", e.Key, err)
 		}
 	}
 	now := e.Now()

@@ -320,3 +320,34 @@ func TestRetakeLosesToATakeOver(t *testing.T) {
 		t.Fatalf("lease = %v, %v; want b's", got, err)
 	}
 }
+
+// TestRestartedHolderTakesItsLeaseAtOnce (fault matrix, "kill -9
+// ingest"): a process killed while active and started again under the
+// same id (a container restarted in its pod, whose name is the id) found
+// its own id on the lease and waited the whole TTL, as a stranger would,
+// before it wrote again (4 s of the row's 4.7 s). Like client-go's leader
+// election, an instance that finds its own id on the lease at its first
+// campaign takes it at once; later rounds, and other ids, wait as before.
+func TestRestartedHolderTakesItsLeaseAtOnce(t *testing.T) {
+	url := natstest.Start(t)
+	kv := bucket(t, url)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.DefaultTimeout)
+	defer cancel()
+	// The entry the killed process left behind: no release, no renewal.
+	if _, err := kv.Create(ctx, "debouncer", []byte("a")); err != nil {
+		t.Fatal(err)
+	}
+	stranger := runElector(t, &Elector{KV: kv, Key: "debouncer", Holder: "b", TTL: time.Hour, Log: slog.New(slog.DiscardHandler)})
+	restarted := runElector(t, &Elector{KV: kv, Key: "debouncer", Holder: "a", TTL: time.Hour, Log: slog.New(slog.DiscardHandler)})
+	testutil.Eventually(t, "the restarted holder active", restarted.active.Load)
+	if stranger.active.Load() {
+		t.Error("an instance of another id took a lease held an hour ago, with a TTL of an hour")
+	}
+	entry, err := kv.Get(ctx, "debouncer")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if entry.Revision() == 1 {
+		t.Error("the lease was not written again: an old holder's revision would not be fenced")
+	}
+}

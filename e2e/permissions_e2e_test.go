@@ -29,7 +29,10 @@ import (
 // TestLeastPrivilege runs the four services on a nats-server configured
 // with deploy/nats/accounts.conf, each as its own user: the pipeline works
 // end to end (changes reach the frontend's model, PushRequests the pusher),
-// and ingest is denied a subject it does not own (a frontend's orders).
+// and each is denied subjects it does not own: ingest a frontend's orders,
+// a frontend another's orders and the pusher's inbox, and every user but
+// the owner a service's durable consumer (its deletion, redefinition,
+// pulls and acks).
 func TestLeastPrivilege(t *testing.T) {
 	for _, u := range []string{"INGEST", "DEBOUNCER", "PUSHER", "ADS_0", "ADS_1", "ADS_2", "CLI", "ADMIN"} {
 		t.Setenv("PILOTWIRE_"+u+"_PASSWORD", "pw-"+strings.ToLower(u))
@@ -93,17 +96,35 @@ spec:
 
 	// Ingest may not send a frontend orders; a frontend may not take
 	// another's, nor read the pusher's inbox.
+	publish := func(subject string) func(nc *nats.Conn) error {
+		return func(nc *nats.Conn) error { return nc.Publish(subject, []byte("{}")) }
+	}
+	others := map[string]svc.NATSAuth{"cli": {User: "cli", Password: "pw-cli"}}
 	for _, tc := range []struct {
 		user string
 		try  func(nc *nats.Conn) error
 	}{
-		{"ingest", func(nc *nats.Conn) error { return nc.Publish("pw.fe.ads-0.orders", []byte("forged")) }},
+		{"ingest", publish("pw.fe.ads-0.orders")},
 		{"ads", func(nc *nats.Conn) error { _, err := nc.SubscribeSync("pw.fe.ads-1.orders"); return err }},
 		// Nor read another user's replies and consumer deliveries.
 		{"ads", func(nc *nats.Conn) error { _, err := nc.SubscribeSync("_INBOX.pusher.>"); return err }},
+		// Nobody but its owner may delete, redefine, pull from or ack for
+		// a service's durable consumer, on a stream it may otherwise use.
+		{"ads", publish("$JS.API.CONSUMER.DELETE.PW_CHANGES.debouncer")},
+		{"ingest", publish("$JS.API.CONSUMER.CREATE.PW_CHANGES.debouncer.pw.changes.>")},
+		{"ingest", publish("$JS.API.CONSUMER.MSG.NEXT.PW_CHANGES.debouncer")},
+		{"ads", publish("$JS.ACK.PW_CHANGES.debouncer.1.1.1.1.0")},
+		{"cli", publish("$JS.API.CONSUMER.DELETE.PW_PUSHES.pusher-0")},
+		{"cli", publish("$JS.API.CONSUMER.DURABLE.CREATE.PW_PUSHES.pusher-0")},
+		{"debouncer", publish("$JS.API.CONSUMER.MSG.NEXT.PW_PUSHES.pusher-0")},
+		{"pusher", publish("$JS.API.CONSUMER.DELETE.PW_CHANGES.debouncer")},
 	} {
 		denied := make(chan error, 1)
-		opts, _ := users[tc.user].Options()
+		auth, ok := users[tc.user]
+		if !ok {
+			auth = others[tc.user]
+		}
+		opts, _ := auth.Options()
 		nc, err := nats.Connect(url, append(opts, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 			select {
 			case denied <- err:

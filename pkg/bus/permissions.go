@@ -2,6 +2,7 @@ package bus
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -11,6 +12,57 @@ type Permissions struct {
 	User      string
 	Publish   []string
 	Subscribe []string
+	// Durables are the durable consumers the user's service owns. Within
+	// one server config (ServerConfig), every other user is denied them
+	// (DenyPublish): none may delete, redefine, pull from or ack for a
+	// consumer another service keeps its place in.
+	Durables []Durable
+	// DenyPublish overrides Publish (nats-server: a deny wins).
+	DenyPublish []string
+}
+
+// Durable names a durable consumer on a stream.
+type Durable struct{ Stream, Name string }
+
+// deny is what a non-owner may not publish for d: creation or update
+// (both create subjects, with and without a filter), deletion, pulls and
+// acks. Its info stays readable, as any consumer's.
+func (d Durable) deny() []string {
+	c := d.Stream + "." + d.Name
+	return []string{
+		"$JS.API.CONSUMER.CREATE." + c,
+		"$JS.API.CONSUMER.CREATE." + c + ".>",
+		"$JS.API.CONSUMER.DURABLE.CREATE." + c,
+		"$JS.API.CONSUMER.DELETE." + c,
+		"$JS.API.CONSUMER.MSG.NEXT." + c,
+		"$JS.ACK." + c + ".>",
+	}
+}
+
+// Guard returns users with DenyPublish set: each is denied every durable
+// consumer another user of the set owns (and not its own, nor one that
+// user shares with it: two instances of one service, a standby and its
+// active, own the same durable).
+func Guard(users []Permissions) []Permissions {
+	out := make([]Permissions, len(users))
+	for i, u := range users {
+		own := make(map[Durable]bool, len(u.Durables))
+		for _, d := range u.Durables {
+			own[d] = true
+		}
+		denied := make(map[Durable]bool)
+		u.DenyPublish = slices.Clone(u.DenyPublish)
+		for _, other := range users {
+			for _, d := range other.Durables {
+				if !own[d] && !denied[d] {
+					denied[d] = true
+					u.DenyPublish = append(u.DenyPublish, d.deny()...)
+				}
+			}
+		}
+		out[i] = u
+	}
+	return out
 }
 
 // jsStream is what a service needs of the JetStream API on one stream it
@@ -86,18 +138,22 @@ func objStream(bucket string) string { return "OBJ_" + bucket }
 // subject purges, the one write to PW_CHANGES not ingest's.
 func (n Names) DebouncerPermissions(user string) Permissions {
 	b := n.SnapshotBucket()
-	return perms(user, []string{n.ChangesStream(), n.PushesStream(), n.kvStream(n.LeaseBucket()), objStream(b)},
+	p := perms(user, []string{n.ChangesStream(), n.PushesStream(), n.kvStream(n.LeaseBucket()), objStream(b)},
 		[]string{n.PushesSubject(), kvKey(n.LeaseBucket(), "debouncer"), kvKey(n.LeaseBucket(), "snapshot"),
 			"$O." + b + ".>", "$JS.API.STREAM.PURGE." + objStream(b), "$JS.API.STREAM.PURGE." + n.ChangesStream()}, nil)
+	p.Durables = []Durable{{n.ChangesStream(), n.DebouncerConsumer()}}
+	return p
 }
 
 // PusherPermissions: the pusher (instance id, shard) reads PushRequests
 // and the registry, sends orders to every frontend, hears their reports,
 // removes the registry entries of dead frontends and holds its lease.
 func (n Names) PusherPermissions(user, id, shard string) Permissions {
-	return perms(user, []string{n.PushesStream(), n.kvStream(n.RegistryBucket()), n.kvStream(n.LeaseBucket())},
+	p := perms(user, []string{n.PushesStream(), n.kvStream(n.RegistryBucket()), n.kvStream(n.LeaseBucket())},
 		[]string{n.Prefix + ".fe.*.orders", kvKey(n.RegistryBucket(), ">"), kvKey(n.LeaseBucket(), "pusher-"+EscapeToken(shard))},
 		[]string{n.DoneSubject(id), n.DoneSubject(id) + ".batch"})
+	p.Durables = []Durable{{n.PushesStream(), n.PusherConsumer(shard)}}
+	return p
 }
 
 // FrontendPermissions: an ADS frontend reads changes and the snapshots it
@@ -147,8 +203,10 @@ func PasswordEnv(user string) string {
 // ServerConfig renders users as a nats-server config block: one account
 // (with JetStream) holding one user per service, each with a password
 // read from an environment variable named after it (PasswordEnv), and an
-// admin user.
+// admin user. Each user is denied the durable consumers of the others
+// (Guard).
 func ServerConfig(account string, users []Permissions) string {
+	users = Guard(users)
 	var b strings.Builder
 	fmt.Fprintf(&b, "accounts {\n  %s {\n    jetstream: enabled\n    users: [\n", account)
 	quote := func(ss []string) string {
@@ -160,7 +218,11 @@ func ServerConfig(account string, users []Permissions) string {
 	}
 	for _, u := range users {
 		fmt.Fprintf(&b, "      { user: %q, password: $%s, permissions: {\n", u.User, PasswordEnv(u.User))
-		fmt.Fprintf(&b, "          publish: { allow: [%s] }\n", quote(u.Publish))
+		if len(u.DenyPublish) > 0 {
+			fmt.Fprintf(&b, "          publish: { allow: [%s],\n            deny: [%s] }\n", quote(u.Publish), quote(u.DenyPublish))
+		} else {
+			fmt.Fprintf(&b, "          publish: { allow: [%s] }\n", quote(u.Publish))
+		}
 		fmt.Fprintf(&b, "          subscribe: { allow: [%s] }\n", quote(u.Subscribe))
 		b.WriteString("      } }\n")
 	}

@@ -3,6 +3,7 @@ package bus_test
 import (
 	"flag"
 	"os"
+	"slices"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -31,5 +32,41 @@ func TestExampleServerConfig(t *testing.T) {
 	}
 	if diff := cmp.Diff(string(want), got); diff != "" {
 		t.Errorf("%s is stale (-file +derived), run with -update:\n%s", path, diff)
+	}
+}
+
+// TestGuardDeniesOthersDurables: within one config each user is denied
+// the durable consumers of the other services, never its own; the two
+// instances of one service (an active and its standby) share theirs.
+func TestGuardDeniesOthersDurables(t *testing.T) {
+	n := bus.Names{Prefix: "pw"}
+	users := bus.Guard([]bus.Permissions{
+		n.DebouncerPermissions("debouncer-a"),
+		n.DebouncerPermissions("debouncer-b"),
+		n.PusherPermissions("pusher-a", "pusher-a", "0"),
+		n.FrontendPermissions("fe-1", "fe-1"),
+	})
+	denies := func(u bus.Permissions, subject string) bool { return slices.Contains(u.DenyPublish, subject) }
+	const (
+		deleteDebouncer = "$JS.API.CONSUMER.DELETE.PW_CHANGES.debouncer"
+		pullPusher      = "$JS.API.CONSUMER.MSG.NEXT.PW_PUSHES.pusher-0"
+	)
+	for _, tc := range []struct {
+		user                      int
+		wantDebouncer, wantPusher bool
+	}{
+		{0, false, true}, {1, false, true}, {2, true, false}, {3, true, true},
+	} {
+		u := users[tc.user]
+		if got := denies(u, deleteDebouncer); got != tc.wantDebouncer {
+			t.Errorf("%s denied %s: %v, want %v", u.User, deleteDebouncer, got, tc.wantDebouncer)
+		}
+		if got := denies(u, pullPusher); got != tc.wantPusher {
+			t.Errorf("%s denied %s: %v, want %v", u.User, pullPusher, got, tc.wantPusher)
+		}
+	}
+	// Each denied durable once, however many users own it.
+	if got := len(users[3].DenyPublish); got != 12 {
+		t.Errorf("fe-1 has %d deny entries, want 12 (6 per durable, 2 durables)", got)
 	}
 }

@@ -26,6 +26,14 @@ type Config struct {
 	DrainDuration time.Duration
 	// HeartbeatInterval of the registry entry.
 	HeartbeatInterval time.Duration
+	// BootstrapGOGC is the garbage collector's target (GOGC) while the
+	// model is built from the history at start-up, restored once it is:
+	// replay allocates much short-lived garbage and the collector would
+	// otherwise take about a quarter of its CPU. It never lowers the
+	// process's own target; a memory limit (GOMEMLIMIT) still bounds the
+	// heap. 0 leaves the collector alone (--bootstrap-gogc, env
+	// PILOTWIRE_BOOTSTRAP_GOGC; default 400).
+	BootstrapGOGC int
 	// RecordDeliveries writes every response, ACK and NACK to the
 	// DELIVERIES stream.
 	RecordDeliveries bool
@@ -98,6 +106,7 @@ func DefaultConfig() Config {
 		MaxConnectionAge:  30 * time.Minute,
 		DrainDuration:     5 * time.Second,
 		HeartbeatInterval: 2 * time.Second,
+		BootstrapGOGC:     400,
 		RecordDeliveries:  true,
 		AdmissionWait:     30 * time.Second,
 		AdmissionHold:     5 * time.Second,
@@ -119,6 +128,7 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.FrontendID, "frontend-id", svc.EnvString("PILOTWIRE_FRONTEND_ID", d.FrontendID), "unique id of this frontend in the registry (env PILOTWIRE_FRONTEND_ID; default <hostname>-<random>)")
 	fs.DurationVar(&c.MaxConnectionAge, "max-connection-age", svc.EnvDuration("PILOTWIRE_MAX_CONNECTION_AGE", d.MaxConnectionAge), "clients reconnect after this long, with jitter, to rebalance across frontends (env PILOTWIRE_MAX_CONNECTION_AGE)")
 	fs.DurationVar(&c.DrainDuration, "drain-duration", svc.EnvDuration("PILOTWIRE_DRAIN_DURATION", d.DrainDuration), "on SIGTERM, keep serving existing streams this long before closing them (env PILOTWIRE_DRAIN_DURATION)")
+	fs.IntVar(&c.BootstrapGOGC, "bootstrap-gogc", svc.EnvInt("PILOTWIRE_BOOTSTRAP_GOGC", d.BootstrapGOGC), "garbage collector target (GOGC) while the model is replayed at start-up, restored after; never lowers the process's own; 0 leaves it alone (env PILOTWIRE_BOOTSTRAP_GOGC)")
 	fs.BoolVar(&c.RecordDeliveries, "record-deliveries", svc.EnvBool("PILOTWIRE_RECORD_DELIVERIES", d.RecordDeliveries), "record every response, ACK and NACK in the DELIVERIES stream (env PILOTWIRE_RECORD_DELIVERIES)")
 	fs.StringVar(&c.TLSCert, "tls-cert", svc.EnvString("PILOTWIRE_TLS_CERT", d.TLSCert), "serve xDS over TLS with this certificate (PEM; env PILOTWIRE_TLS_CERT)")
 	fs.StringVar(&c.TLSKey, "tls-key", svc.EnvString("PILOTWIRE_TLS_KEY", d.TLSKey), "private key of --tls-cert (PEM; env PILOTWIRE_TLS_KEY)")

@@ -133,7 +133,9 @@ func Run(ctx context.Context, cfg Config, d svc.Deps) error {
 	d.Reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "pilotwire_ads_change_records_queued", Help: "Change records decoded and not yet applied to the model.",
 	}, func() float64 { return float64(len(f.queue)) }))
+	restoreGC := raiseGCPercent(cfg.BootstrapGOGC)
 	stopFollow, err := f.start(ctx)
+	restoreGC()
 	if err != nil {
 		return err
 	}

@@ -88,6 +88,8 @@ func replayOnce(ctx context.Context, b *testing.B, nc *nats.Conn, js jetstream.J
 		ADSAddr:    "127.0.0.1:0",
 		FrontendID: id,
 		OnListen:   func(string) { close(ready) },
+		// As the binary runs it (--bootstrap-gogc).
+		BootstrapGOGC: ads.DefaultConfig().BootstrapGOGC,
 	}
 	rctx, stop := context.WithCancel(ctx)
 	errc := make(chan error, 1)

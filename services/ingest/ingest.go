@@ -49,8 +49,17 @@ func Run(ctx context.Context, cfg Config, d svc.Deps) error {
 		log.Info("ingest ready", "cluster", id, "config_dir", cfg.ConfigDir, "kube_clusters", len(cfg.Clusters)+btoi(cfg.ConfigClusterSet()))
 	}}
 
-	// One active writer per cluster id: the holder of its lease.
+	// Every part is pending from the start: readiness must not pass
+	// through "all ready" between the streams and the sources.
 	ready.set("streams", "opening the change stream and the lease bucket")
+	if cfg.FileSource() {
+		ready.set("files", "waiting for the change stream")
+	}
+	if cfg.KubeSource() {
+		ready.set("kubernetes", "waiting for the change stream")
+	}
+
+	// One active writer per cluster id: the holder of its lease.
 	streams := svc.NewStreams(svc.Deps{JS: js, Log: log, Reg: d.Reg})
 	streams.OnWait = func(name string, err error) { ready.set("streams", "waiting for "+name+": "+err.Error()) }
 	if _, err := streams.Stream(ctx, names.ChangesConfig(cfg.StreamOptions())); err != nil {

@@ -140,16 +140,17 @@ func Run(ctx context.Context, cfg Config, d svc.Deps) error {
 			return err
 		}
 		ko := kubesource.Options{
-			Clusters:         clusters,
-			EnableGatewayAPI: cfg.EnableGatewayAPI,
-			SyncTimeout:      cfg.ClusterSyncTimeout,
-			SecretNamespace:  cfg.ClusterSecretsNamespace,
-			ClientQPS:        cfg.kubeQPS(),
-			ClientBurst:      cfg.kubeBurst(),
-			Publish:          cfg.publishOptions(names),
-			Lease:            lo,
-			Log:              log,
-			Registerer:       reg,
+			Clusters:          clusters,
+			EnableGatewayAPI:  cfg.EnableGatewayAPI,
+			SyncTimeout:       cfg.ClusterSyncTimeout,
+			SecretNamespace:   cfg.ClusterSecretsNamespace,
+			ClientQPS:         cfg.kubeQPS(),
+			ClientBurst:       cfg.kubeBurst(),
+			ClientCompression: cfg.KubeClientCompression,
+			Publish:           cfg.publishOptions(names),
+			Lease:             lo,
+			Log:               log,
+			Registerer:        reg,
 		}
 		// The Gateway API status writer runs under each config cluster's lease.
 		ko.GatewayStatusDebounce = cfg.GatewayStatusDebounce

@@ -119,11 +119,22 @@ type clients struct {
 	ext  apiextensionsclient.Interface
 }
 
-func newClients(cfg *rest.Config) (clients, error) {
+// clientConfig is the config of a cluster's clients: cfg with ingest's
+// user agent and, unless compression is asked for, no gzip (see
+// Options.ClientCompression).
+func clientConfig(cfg *rest.Config, compression bool) *rest.Config {
 	cfg = rest.CopyConfig(cfg)
 	if cfg.UserAgent == "" {
 		cfg.UserAgent = "pilotwire-ingest"
 	}
+	if !compression {
+		cfg.DisableCompression = true
+	}
+	return cfg
+}
+
+func newClients(cfg *rest.Config, compression bool) (clients, error) {
+	cfg = clientConfig(cfg, compression)
 	var c clients
 	var err error
 	// Core kinds over protobuf: a fraction of JSON's size and decode time.
@@ -166,7 +177,7 @@ func (c *cluster) run(ctx context.Context) {
 	timeout := time.NewTimer(c.src.opts.SyncTimeout)
 	defer timeout.Stop()
 
-	cl, err := newClients(c.cfg)
+	cl, err := newClients(c.cfg, c.src.opts.ClientCompression)
 	if err != nil {
 		c.src.metrics.errors.WithLabelValues(c.id, errClient).Inc()
 		c.setLastError(err.Error())

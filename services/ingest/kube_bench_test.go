@@ -161,7 +161,7 @@ func BenchmarkKubeIngest(b *testing.B) {
 		n := float64(len(slices) * b.N)
 		b.ReportMetric(n/total.Seconds(), "records/s")
 		b.ReportMetric(patching.Seconds()/float64(b.N), "patch-s/op")
-		b.ReportMetric(float64(lag.Milliseconds())/float64(b.N), "lag-ms/op")
+		b.ReportMetric(float64(lag)/float64(time.Millisecond)/float64(b.N), "lag-ms/op")
 		b.ReportMetric(cpu.Seconds()/float64(b.N), "cpu-s/op")
 		b.ReportMetric(kubeCPU.Seconds()/float64(b.N), "kube-cpu-s/op")
 	})

@@ -99,7 +99,7 @@ bench: build ## pilotwire vs go-control-plane, quick profile (1000 proxies, mesh
 bench-full: build ## pilotwire vs go-control-plane, the whole matrix (100/1000/5000 proxies, 100x10 and 1000x10)
 	$(BIN)/pwbench run --proxies 100,1000,5000 --mesh 100x10,1000x10 --rounds 1 --warmup 0
 
-bench-go: ## run the Go benchmarks of the hot paths
+bench-go: k8s-binaries ## run the Go benchmarks of the hot paths (BenchmarkKubeIngest needs the kube-apiserver)
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
 
 fuzz: ## run every fuzz target for FUZZTIME each (default 10s; a crasher lands in the package's testdata/fuzz)

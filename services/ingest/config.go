@@ -98,6 +98,10 @@ type Config struct {
 	// --kube-client-burst, env PILOTWIRE_KUBE_CLIENT_BURST, default 100).
 	KubeClientQPS   float32
 	KubeClientBurst int
+	// KubeClientCompression asks the API servers to gzip what they send
+	// (--kube-client-compression, env PILOTWIRE_KUBE_CLIENT_COMPRESSION,
+	// default false; see kubesource.Options.ClientCompression).
+	KubeClientCompression bool
 
 	// MassDeleteThreshold guards the syncs (start, a cluster's initial
 	// list, a removed cluster): one that would delete more than this
@@ -166,6 +170,8 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 		"queries per second of each cluster's API clients (env PILOTWIRE_KUBE_CLIENT_QPS)")
 	fs.IntVar(&c.KubeClientBurst, "kube-client-burst", svc.EnvInt("PILOTWIRE_KUBE_CLIENT_BURST", d.KubeClientBurst),
 		"burst of each cluster's API clients (env PILOTWIRE_KUBE_CLIENT_BURST)")
+	fs.BoolVar(&c.KubeClientCompression, "kube-client-compression", svc.EnvBool("PILOTWIRE_KUBE_CLIENT_COMPRESSION", d.KubeClientCompression),
+		"ask the API servers to gzip lists and watches: less traffic, more CPU on both ends; for clusters behind slow links (env PILOTWIRE_KUBE_CLIENT_COMPRESSION)")
 	fs.Float64Var(&c.MassDeleteThreshold, "mass-delete-threshold", envFloat("PILOTWIRE_MASS_DELETE_THRESHOLD", d.MassDeleteThreshold),
 		"a sync (start, a cluster's initial list, a removed cluster) that would delete more than this fraction of a cluster's live objects (and more than 10) deletes nothing; 1 turns the guard off (env PILOTWIRE_MASS_DELETE_THRESHOLD)")
 	fs.StringVar(&c.ID, "id", svc.EnvString("PILOTWIRE_INSTANCE_ID", d.ID),

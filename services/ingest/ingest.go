@@ -49,8 +49,17 @@ func Run(ctx context.Context, cfg Config, d svc.Deps) error {
 		log.Info("ingest ready", "cluster", id, "config_dir", cfg.ConfigDir, "kube_clusters", len(cfg.Clusters)+btoi(cfg.ConfigClusterSet()))
 	}}
 
-	// One active writer per cluster id: the holder of its lease.
+	// Every part is pending from the start: readiness must not pass
+	// through "all ready" between the streams and the sources.
 	ready.set("streams", "opening the change stream and the lease bucket")
+	if cfg.FileSource() {
+		ready.set("files", "waiting for the change stream")
+	}
+	if cfg.KubeSource() {
+		ready.set("kubernetes", "waiting for the change stream")
+	}
+
+	// One active writer per cluster id: the holder of its lease.
 	streams := svc.NewStreams(svc.Deps{JS: js, Log: log, Reg: d.Reg})
 	streams.OnWait = func(name string, err error) { ready.set("streams", "waiting for "+name+": "+err.Error()) }
 	if _, err := streams.Stream(ctx, names.ChangesConfig(cfg.StreamOptions())); err != nil {
@@ -131,16 +140,17 @@ func Run(ctx context.Context, cfg Config, d svc.Deps) error {
 			return err
 		}
 		ko := kubesource.Options{
-			Clusters:         clusters,
-			EnableGatewayAPI: cfg.EnableGatewayAPI,
-			SyncTimeout:      cfg.ClusterSyncTimeout,
-			SecretNamespace:  cfg.ClusterSecretsNamespace,
-			ClientQPS:        cfg.kubeQPS(),
-			ClientBurst:      cfg.kubeBurst(),
-			Publish:          cfg.publishOptions(names),
-			Lease:            lo,
-			Log:              log,
-			Registerer:       reg,
+			Clusters:          clusters,
+			EnableGatewayAPI:  cfg.EnableGatewayAPI,
+			SyncTimeout:       cfg.ClusterSyncTimeout,
+			SecretNamespace:   cfg.ClusterSecretsNamespace,
+			ClientQPS:         cfg.kubeQPS(),
+			ClientBurst:       cfg.kubeBurst(),
+			ClientCompression: cfg.KubeClientCompression,
+			Publish:           cfg.publishOptions(names),
+			Lease:             lo,
+			Log:               log,
+			Registerer:        reg,
 		}
 		// The Gateway API status writer runs under each config cluster's lease.
 		ko.GatewayStatusDebounce = cfg.GatewayStatusDebounce

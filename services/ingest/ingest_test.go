@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -153,3 +154,62 @@ func TestConfigFlagsAndEnv(t *testing.T) {
 		t.Errorf("validate = %v, want config-dir and prefix errors", err)
 	}
 }
+
+// TestRunReadyOnlyAfterTheSources: the service is ready, and logs "ingest
+// ready", only once its source has published what it sees; never in
+// between opening the streams and starting the sources. The log handler
+// reads the stream and the health at the moment the line is logged.
+func TestRunReadyOnlyAfterTheSources(t *testing.T) {
+	url := natstest.Start(t)
+	_, js := natstest.Connect(t, url)
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "bookinfo.yaml"), []byte(manifests), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := ingest.Config{Common: svc.Common{Prefix: "pw"}, ConfigDir: dir, ClusterID: "east", FileDebounce: 20 * time.Millisecond}
+	health := &svc.Health{}
+	atReady := make(chan int, 1)
+	h := &onMessage{msg: "ingest ready", f: func() {
+		rs, err := ingesttest.TryRecords(context.Background(), js, bus.Names{Prefix: "pw"})
+		if err != nil {
+			t.Errorf("read the stream: %v", err)
+		}
+		atReady <- len(rs)
+	}}
+	ctx, cancel := context.WithTimeout(context.Background(), ingesttest.Timeout)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- ingest.Run(ctx, cfg, svc.Deps{JS: js, Log: slog.New(h), Health: health}) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	select {
+	case n := <-atReady:
+		if n != 3 {
+			t.Errorf("stream held %d records when ingest logged ready, want the directory's 3", n)
+		}
+	case <-ctx.Done():
+		t.Fatal("ingest never logged ready")
+	}
+}
+
+// onMessage is a slog handler that calls f, once, on the first record with
+// message msg, from the logging goroutine.
+type onMessage struct {
+	msg  string
+	f    func()
+	once sync.Once
+}
+
+func (h *onMessage) Enabled(context.Context, slog.Level) bool { return true }
+func (h *onMessage) Handle(_ context.Context, r slog.Record) error {
+	if r.Message == h.msg {
+		h.once.Do(h.f)
+	}
+	return nil
+}
+func (h *onMessage) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *onMessage) WithGroup(string) slog.Handler      { return h }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"slices"
 	"sync"
 	"time"
@@ -119,11 +120,22 @@ type clients struct {
 	ext  apiextensionsclient.Interface
 }
 
-func newClients(cfg *rest.Config) (clients, error) {
+// clientConfig is the config of a cluster's clients: cfg with ingest's
+// user agent and, unless compression is asked for, no gzip (see
+// Options.ClientCompression).
+func clientConfig(cfg *rest.Config, compression bool) *rest.Config {
 	cfg = rest.CopyConfig(cfg)
 	if cfg.UserAgent == "" {
 		cfg.UserAgent = "pilotwire-ingest"
 	}
+	if !compression {
+		cfg.DisableCompression = true
+	}
+	return cfg
+}
+
+func newClients(cfg *rest.Config, compression bool) (clients, error) {
+	cfg = clientConfig(cfg, compression)
 	var c clients
 	var err error
 	// Core kinds over protobuf: a fraction of JSON's size and decode time.
@@ -166,7 +178,7 @@ func (c *cluster) run(ctx context.Context) {
 	timeout := time.NewTimer(c.src.opts.SyncTimeout)
 	defer timeout.Stop()
 
-	cl, err := newClients(c.cfg)
+	cl, err := newClients(c.cfg, c.src.opts.ClientCompression)
 	if err != nil {
 		c.src.metrics.errors.WithLabelValues(c.id, errClient).Inc()
 		c.setLastError(err.Error())
@@ -293,7 +305,11 @@ func (c *cluster) waitInitial(ctx context.Context, timeout <-chan time.Time, tim
 // snapshotLocked lists every informer's store but those of forbidden
 // kinds, which it returns. Caller holds mu.
 func (c *cluster) snapshotLocked() ([]publish.Object, map[schema.GroupKind]struct{}) {
-	var out []publish.Object
+	type stored struct {
+		gvk schema.GroupVersionKind
+		obj any
+	}
+	var all []stored
 	keep := make(map[schema.GroupKind]struct{})
 	for gvk, h := range c.handlers {
 		if _, ok := c.forbidden[h]; ok {
@@ -301,16 +317,39 @@ func (c *cluster) snapshotLocked() ([]publish.Object, map[schema.GroupKind]struc
 			continue
 		}
 		for _, obj := range h.informer.GetStore().List() {
-			o, err := c.toObject(gvk, obj)
-			if err != nil {
-				c.encodeError(gvk, err)
-				continue
-			}
-			out = append(out, o)
+			all = append(all, stored{gvk, obj})
 		}
+	}
+	// The JSON of every object is most of the snapshot's cost, and the
+	// informers are idle by now: encode on every core. Each worker takes
+	// a contiguous share; the result keeps the listed order.
+	objs := make([]publish.Object, len(all))
+	errs := make([]error, len(all))
+	workers := min(runtime.GOMAXPROCS(0), max(1, len(all)/snapshotShare))
+	var wg sync.WaitGroup
+	for w := range workers {
+		lo, hi := w*len(all)/workers, (w+1)*len(all)/workers
+		wg.Go(func() {
+			for i := lo; i < hi; i++ {
+				objs[i], errs[i] = c.toObject(all[i].gvk, all[i].obj)
+			}
+		})
+	}
+	wg.Wait()
+	out := objs[:0]
+	for i := range objs {
+		if errs[i] != nil {
+			c.encodeError(all[i].gvk, errs[i])
+			continue
+		}
+		out = append(out, objs[i])
 	}
 	return out, keep
 }
+
+// snapshotShare is the fewest objects worth a goroutine of their own in
+// snapshotLocked.
+const snapshotShare = 256
 
 // handlersChangedLocked wakes whoever waits on the handler set and updates
 // the kinds gauge. Caller holds mu.

@@ -102,6 +102,14 @@ type Options struct {
 	// (defaults 50 and 100); static clusters keep their config's limits.
 	ClientQPS   float32
 	ClientBurst int
+	// ClientCompression lets the clients that list and watch a cluster
+	// ask its API server for gzip (unless the cluster's kubeconfig sets
+	// disable-compression). Off by default, as for Kubernetes' own
+	// control-plane components: a list of a whole kind, compressed by
+	// the API server and inflated by ingest, costs both more CPU than it
+	// saves on a local network (measured in docs/benchmarks.md, issue 17).
+	// Turn it on for clusters behind slow links.
+	ClientCompression bool
 	// Publish is the template of every cluster's publisher options; the
 	// cluster id, logger, registerer (with a cluster label) and Reread
 	// are set per cluster.

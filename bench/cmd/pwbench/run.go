@@ -249,7 +249,7 @@ func runBench(ctx context.Context, c benchConfig, argv []string) error {
 	if rep == nil {
 		return runErr
 	}
-	rep.CommandLine = strings.Join(append([]string{"bin/pilotwire"}, argv[1:]...), " ")
+	rep.CommandLine = commandLine(argv)
 	rep.Settings.Notes = append(rep.Settings.Notes, fmt.Sprintf("baseline EDS cache: %s; baseline file debounce: %s", c.EDSCache, c.BaselineDebounce))
 	if len(c.OursEnv) > 0 {
 		rep.Settings.Notes = append(rep.Settings.Notes, "pilotwire environment: "+strings.Join(c.OursEnv, " "))
@@ -284,4 +284,10 @@ func runBench(ctx context.Context, c benchConfig, argv []string) error {
 		}
 	}
 	return runErr
+}
+
+// commandLine is the command a report names: bin/pwbench (make build puts
+// it there) with the arguments it ran with.
+func commandLine(argv []string) string {
+	return strings.Join(append([]string{"bin/pwbench"}, argv[1:]...), " ")
 }

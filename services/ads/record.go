@@ -3,6 +3,7 @@ package ads
 import (
 	"log/slog"
 	"sync/atomic"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
@@ -23,6 +24,23 @@ type recorder struct {
 	metrics    *metrics
 	maxPending int
 	drops      atomic.Uint64
+}
+
+// recordMaxPending bounds the delivery records awaiting their acks. It is
+// below nats.go's bound of the JetStream context (4,000 by default,
+// shared with the frontend's other asynchronous publishes), past which a
+// publish blocks for up to 200 ms before it fails: a record past this
+// bound is dropped at once instead.
+const recordMaxPending = 3000
+
+// recordStallWait is the longest a record's publish may wait for room
+// under nats.go's bound, which connection loops recording at the same
+// moment can still reach.
+const recordStallWait = time.Millisecond
+
+// newRecorder is the frontend's recorder on js.
+func newRecorder(js jetstream.JetStream, names bus.Names, log *slog.Logger, m *metrics) *recorder {
+	return &recorder{js: js, names: names, log: log, metrics: m, maxPending: recordMaxPending}
 }
 
 func (s *Server) record(c *conn, kind pb.DeliveryRecord_Kind, typeURL, version, nonce string, names []string, pushID uint64, errText string) {
@@ -53,7 +71,7 @@ func (s *Server) record(c *conn, kind pb.DeliveryRecord_Kind, typeURL, version, 
 		r.log.Error("marshal delivery record", "err", err)
 		return
 	}
-	if _, err := r.js.PublishAsync(r.names.DeliverySubject(s.id, c.id), b); err != nil {
+	if _, err := r.js.PublishAsync(r.names.DeliverySubject(s.id, c.id), b, jetstream.WithStallWait(recordStallWait)); err != nil {
 		r.drop("publish failed", err)
 	}
 }

@@ -93,7 +93,7 @@ func Run(ctx context.Context, cfg Config, d svc.Deps) error {
 		s.registerDebug(d.Debug.Handle)
 	}
 	if cfg.RecordDeliveries {
-		s.recorder = &recorder{js: d.JS, names: names, log: log, metrics: m, maxPending: 4096}
+		s.recorder = newRecorder(d.JS, names, log, m)
 	}
 	s.orders = newOrderRouter(d.NC, s, gate, log)
 	s.reports = s.orders

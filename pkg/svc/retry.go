@@ -76,3 +76,15 @@ func Retry(ctx context.Context, o RetryOptions, attempt func() error) error {
 		wait = max(o.First, min(2*wait, o.Max))
 	}
 }
+
+// RetryTimed is Retry with every try bounded: attempt gets a context that
+// ends timeout after the try starts (or with ctx), so a request lost on
+// its way (a stream electing its leader) costs one try, not the caller's
+// whole deadline.
+func RetryTimed(ctx context.Context, o RetryOptions, timeout time.Duration, attempt func(context.Context) error) error {
+	return Retry(ctx, o, func() error {
+		tctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		return attempt(tctx)
+	})
+}

@@ -220,3 +220,27 @@ func TestRetryGivesUpAfterAttempts(t *testing.T) {
 		t.Errorf("Retry succeeding on the last try = %v, want nil", err)
 	}
 }
+
+func TestRetryTimedBoundsEachTry(t *testing.T) {
+	e := newRetryEnv()
+	o := e.options(time.Millisecond, time.Millisecond)
+	o.Attempts = 3
+	tries := 0
+	err := svc.RetryTimed(testCtx(t), o, 20*time.Millisecond, func(ctx context.Context) error {
+		tries++
+		if tries == 1 {
+			<-ctx.Done() // a request that is never answered
+			return ctx.Err()
+		}
+		if _, ok := ctx.Deadline(); !ok {
+			return errors.New("the try has no deadline")
+		}
+		return nil
+	})
+	if err != nil || tries != 2 {
+		t.Errorf("RetryTimed = %v after %d tries, want nil after 2 (the first ended by its own timeout)", err, tries)
+	}
+	if promtest.ToFloat64(e.failures) != 1 {
+		t.Errorf("failures = %v, want 1", promtest.ToFloat64(e.failures))
+	}
+}

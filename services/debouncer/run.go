@@ -175,17 +175,13 @@ const (
 	resumeBackoff  = 250 * time.Millisecond
 )
 
-func (a *active) resumeRetried(ctx context.Context) (resumed, error) {
-	var r resumed
-	err := svc.Retry(ctx, svc.RetryOptions{
+func (a *active) resumeRetried(ctx context.Context) (r resumed, err error) {
+	err = svc.RetryTimed(ctx, svc.RetryOptions{
 		First: resumeBackoff, Max: resumeBackoff, Attempts: resumeAttempts,
 		Log: a.log, Msg: "debouncer not resumed, retrying", Attrs: []any{"attempts", resumeAttempts},
 		Failures: a.m.resumeRetries,
-	}, func() error {
-		actx, cancel := context.WithTimeout(ctx, resumeTimeout)
-		defer cancel()
-		var err error
-		r, err = a.resume(actx)
+	}, resumeTimeout, func(ctx context.Context) (err error) {
+		r, err = a.resume(ctx)
 		return err
 	})
 	return r, err

@@ -323,17 +323,13 @@ const (
 	consumerBackoff  = 250 * time.Millisecond
 )
 
-func (p *Pusher) createConsumer(ctx context.Context, cfg jetstream.ConsumerConfig) (jetstream.Consumer, error) {
-	var cons jetstream.Consumer
-	err := svc.Retry(ctx, svc.RetryOptions{
+func (p *Pusher) createConsumer(ctx context.Context, cfg jetstream.ConsumerConfig) (cons jetstream.Consumer, err error) {
+	err = svc.RetryTimed(ctx, svc.RetryOptions{
 		First: consumerBackoff, Max: consumerBackoff, Attempts: consumerAttempts,
 		Log: p.log, Msg: "pusher consumer not created, retrying", Attrs: []any{"attempts", consumerAttempts},
 		Failures: p.m.consumerRetries,
-	}, func() error {
-		cctx, cancel := context.WithTimeout(ctx, consumerTimeout)
-		defer cancel()
-		var err error
-		cons, err = p.pushes.CreateOrUpdateConsumer(cctx, cfg)
+	}, consumerTimeout, func(ctx context.Context) (err error) {
+		cons, err = p.pushes.CreateOrUpdateConsumer(ctx, cfg)
 		return err
 	})
 	return cons, err

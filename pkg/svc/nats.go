@@ -59,13 +59,19 @@ func Connect(ctx context.Context, url, name string, auth NATSAuth, log *slog.Log
 	if err != nil { // ctx ended: report why the last try failed
 		return nil, nil, fmt.Errorf("connect %s: %w", shown, lastErr)
 	}
-	js, err := jetstream.New(nc)
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(PublishAsyncMaxPending))
 	if err != nil {
 		nc.Close()
 		return nil, nil, fmt.Errorf("jetstream on %s: %w", shown, err)
 	}
 	return nc, js, nil
 }
+
+// PublishAsyncMaxPending bounds the asynchronous publishes awaiting their
+// acks on a service's JetStream context (nats.go's default, named here so
+// that callers that must stay below it can): past it nats.go blocks a
+// publish for up to 200 ms before it fails.
+const PublishAsyncMaxPending = 4000
 
 var reconnectMu sync.Mutex
 

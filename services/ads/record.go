@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/pilotwire/pilotwire/pkg/bus"
+	"github.com/pilotwire/pilotwire/pkg/svc"
 	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
 )
 
@@ -26,12 +27,12 @@ type recorder struct {
 	drops      atomic.Uint64
 }
 
-// recordMaxPending bounds the delivery records awaiting their acks. It is
-// below nats.go's bound of the JetStream context (4,000 by default,
+// recordMaxPending bounds the delivery records awaiting their acks: three
+// quarters of the JetStream context's bound (svc.PublishAsyncMaxPending,
 // shared with the frontend's other asynchronous publishes), past which a
-// publish blocks for up to 200 ms before it fails: a record past this
+// publish blocks for up to 200 ms before it fails. A record past this
 // bound is dropped at once instead.
-const recordMaxPending = 3000
+const recordMaxPending = svc.PublishAsyncMaxPending * 3 / 4
 
 // recordStallWait is the longest a record's publish may wait for room
 // under nats.go's bound, which connection loops recording at the same

@@ -42,10 +42,12 @@ func (p *Pusher) sweep(ctx context.Context) {
 		p.expireOrders()
 		p.checkLatest(ctx)
 		p.resync()
+		ended = p.now()
+		// After ended is read: a test that moves the clock once it hears
+		// of a sweep moves it for the next sweep's lateness, not this one's.
 		if p.cfg.afterSweep != nil {
 			p.cfg.afterSweep()
 		}
-		ended = p.now()
 	}
 }
 

@@ -148,8 +148,14 @@ type Config struct {
 	// Quiet is how long no response must arrive before a step is over (the
 	// step's CPU and bytes are counted until then); QuietMax caps it.
 	Quiet, QuietMax time.Duration
-	// Settle is a pause between steps, after the quiet period.
-	Settle time.Duration
+	// After the quiet period a step also waits until the control plane is
+	// idle: at most IdleCPU cores over the last IdleWindow, for up to
+	// IdleMax. What it used meanwhile (work the step left behind it, such
+	// as registry writes or history records) is counted in the step, not in
+	// the next one.
+	IdleCPU    float64
+	IdleWindow time.Duration
+	IdleMax    time.Duration
 
 	// Records, if set, measures the change stream with RecordsMesh.
 	Records       RecordsLab

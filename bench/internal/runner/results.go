@@ -33,9 +33,11 @@ type StepResult struct {
 	// to the last proxy's ACK.
 	FromFirstWrite float64 `json:"from_first_write_s,omitempty"`
 	// CPU is the CPU time of every process of the control plane from just
-	// before the injection until the fleet was quiet; LoadgenCPU that of
-	// the load generator.
+	// before the injection until the fleet was quiet and the control plane
+	// idle; LoadgenCPU that of the load generator over the same time. Tail
+	// is how long the control plane stayed busy after the fleet was quiet.
 	CPU        float64 `json:"cpu_s"`
+	Tail       float64 `json:"tail_s"`
 	LoadgenCPU float64 `json:"loadgen_cpu_s"`
 	// Bytes received per proxy: whole DiscoveryResponses, and only the
 	// resources in them.

@@ -46,6 +46,15 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if cfg.QuietMax <= 0 {
 		cfg.QuietMax = 10 * time.Second
 	}
+	if cfg.IdleCPU <= 0 {
+		cfg.IdleCPU = 0.05
+	}
+	if cfg.IdleWindow <= 0 {
+		cfg.IdleWindow = time.Second
+	}
+	if cfg.IdleMax <= 0 {
+		cfg.IdleMax = 20 * time.Second
+	}
 	if cfg.RestartSteps <= 0 {
 		cfg.RestartSteps = 1
 	}
@@ -413,6 +422,13 @@ func (r *runner) step(ctx context.Context, e *env, name string, prev, next *xdss
 			return st, err
 		}
 	}
+	if cpuOK {
+		tail, idle := waitIdle(ctx, e.inst, r.cfg.IdleCPU, r.cfg.IdleWindow, r.cfg.IdleMax)
+		st.Tail = tail.Seconds()
+		if !idle {
+			r.printf("%s %-9s the control plane was still busy %s after the fleet went quiet", e.label, name, fmtSec(st.Tail))
+		}
+	}
 	cpu1, _ := e.inst.CPU()
 	lg1, _ := r.cfg.Fleets.CPU(e.fleet)
 	stats1, err := e.fleet.Stats(ctx)
@@ -467,22 +483,56 @@ func (r *runner) step(ctx context.Context, e *env, name string, prev, next *xdss
 		}
 	}
 	st.Duration = time.Since(start).Seconds()
-	r.printf("%s %-9s %d/%d converged  p50 %s  p99 %s  max %s  cpu %s  %.1f KiB/proxy (changed %.1f KiB)",
+	r.printf("%s %-9s %d/%d converged  p50 %s  p99 %s  max %s  cpu %s (busy %s after quiet)  %.1f KiB/proxy (changed %.1f KiB)",
 		e.label, name, res.Matched, res.Total, fmtSec(st.Conv.P50), fmtSec(st.Conv.P99), fmtSec(st.Conv.Max),
-		fmtSec(st.CPU), st.BytesPerProxy/1024, float64(st.ChangedBytes)/1024)
+		fmtSec(st.CPU), fmtSec(st.Tail), st.BytesPerProxy/1024, float64(st.ChangedBytes)/1024)
 	if res.Matched < res.Total {
 		return st, fmt.Errorf("%s: only %d of %d proxies reached the expected configuration within %s (not: %v; %v)",
 			name, res.Matched, res.Total, r.cfg.StepTimeout, res.Unmatched, res.Sample)
 	}
-	if r.cfg.Settle > 0 {
-		t := time.NewTimer(r.cfg.Settle)
+	return st, nil
+}
+
+// idlePoll is how often waitIdle reads the control plane's CPU.
+const idlePoll = 100 * time.Millisecond
+
+// waitIdle waits until inst used at most cores over the last window, for
+// up to most. It returns how long it waited and whether inst went idle.
+func waitIdle(ctx context.Context, inst Instance, cores float64, window, most time.Duration) (time.Duration, bool) {
+	start := time.Now()
+	type sample struct {
+		at  time.Time
+		cpu time.Duration
+	}
+	var samples []sample
+	tick := time.NewTicker(idlePoll)
+	defer tick.Stop()
+	for {
+		now := time.Now()
+		cpu, ok := inst.CPU()
+		if !ok {
+			return now.Sub(start), false
+		}
+		samples = append(samples, sample{now, cpu})
+		// The oldest sample at least a window old anchors the rate.
+		for len(samples) > 1 && now.Sub(samples[1].at) >= window {
+			samples = samples[1:]
+		}
+		if first := samples[0]; now.Sub(first.at) >= window {
+			rate := float64(cpu-first.cpu) / float64(now.Sub(first.at))
+			if rate <= cores {
+				return now.Sub(start), true
+			}
+		}
+		if now.Sub(start) >= most {
+			return now.Sub(start), false
+		}
 		select {
 		case <-ctx.Done():
-		case <-t.C:
+			return time.Since(start), false
+		case <-tick.C:
 		}
-		t.Stop()
 	}
-	return st, nil
 }
 
 // reference connects one fresh proxy and waits for it to hold want.

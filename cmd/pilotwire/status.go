@@ -145,8 +145,12 @@ func status(ctx context.Context, s *session) (*statusReport, error) {
 	}
 	// What each connection was last sent and answered, per type.
 	var subjects []string
+	seen := map[string]bool{}
 	for _, ci := range conns {
-		subjects = append(subjects, s.names.DeliverySubject(ci.GetFrontend(), ci.GetConnId()))
+		if fe := ci.GetFrontend(); !seen[fe] {
+			seen[fe] = true
+			subjects = append(subjects, s.names.DeliveriesOf(fe))
+		}
 	}
 	if len(subjects) > 64 {
 		subjects = nil // the whole stream: one filter, not thousands

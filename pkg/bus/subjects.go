@@ -80,10 +80,27 @@ func (n Names) DeliveriesStream() string { return n.upper() + "_DELIVERIES" }
 // DeliveriesAll matches every delivery subject.
 func (n Names) DeliveriesAll() string { return n.Prefix + ".deliveries.>" }
 
-// DeliverySubject is where a frontend records one connection's exchanges.
+// DeliverySubject is where earlier releases recorded one connection's
+// exchanges, one DeliveryRecord per message. Readers still decode it.
 func (n Names) DeliverySubject(frontend, conn string) string {
 	return n.Prefix + ".deliveries." + EscapeToken(frontend) + "." + EscapeToken(conn)
 }
+
+// DeliveryBatchSubject is where a frontend records its connections'
+// exchanges, a DeliveryBatch per message.
+func (n Names) DeliveryBatchSubject(frontend string) string {
+	return n.Prefix + ".deliveries." + EscapeToken(frontend) + "." + deliveryBatchTail
+}
+
+// DeliveriesOf matches every delivery subject of a frontend: its batches
+// and earlier releases' per-connection records.
+func (n Names) DeliveriesOf(frontend string) string {
+	return n.Prefix + ".deliveries." + EscapeToken(frontend) + ".>"
+}
+
+// deliveryBatchTail ends a batch subject. A per-connection subject has one
+// token after the frontend, so the two never meet.
+const deliveryBatchTail = "batch.v1"
 
 // RegistryBucket is the KV bucket of frontends and their connections.
 func (n Names) RegistryBucket() string { return n.upper() + "_REGISTRY" }

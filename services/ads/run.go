@@ -93,7 +93,7 @@ func Run(ctx context.Context, cfg Config, d svc.Deps) error {
 		s.registerDebug(d.Debug.Handle)
 	}
 	if cfg.RecordDeliveries {
-		s.recorder = newRecorder(d.JS, names, log, m)
+		s.recorder = newRecorder(d.JS, names, cfg.FrontendID, log, m)
 	}
 	s.orders = newOrderRouter(d.NC, s, gate, log)
 	s.reports = s.orders
@@ -231,6 +231,9 @@ func Run(ctx context.Context, cfg Config, d svc.Deps) error {
 		<-stopped
 	}
 	hard.Stop()
+	if s.recorder != nil {
+		s.recorder.close(2 * time.Second)
+	}
 	s.orders.unsubscribe()
 	cancelRun()
 	wg.Wait()

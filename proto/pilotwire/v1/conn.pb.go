@@ -567,8 +567,10 @@ func (x *Scope) GetBackedNamespaces() []string {
 }
 
 // DeliveryRecord is one xDS exchange on one connection, kept in the
-// DELIVERIES stream (subject <prefix>.deliveries.<frontend>.<conn>) so an
-// operator can replay why a proxy got the config it got.
+// DELIVERIES stream so an operator can replay why a proxy got the config it
+// got. Frontends write them in DeliveryBatches; earlier releases wrote one
+// record per message on <prefix>.deliveries.<frontend>.<conn>, which
+// readers still decode.
 type DeliveryRecord struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Kind          DeliveryRecord_Kind    `protobuf:"varint,1,opt,name=kind,proto3,enum=pilotwire.v1.DeliveryRecord_Kind" json:"kind,omitempty"`
@@ -710,6 +712,53 @@ func (x *DeliveryRecord) GetAt() *timestamppb.Timestamp {
 	return nil
 }
 
+// DeliveryBatch is one message of the DELIVERIES stream on
+// <prefix>.deliveries.<frontend>.batch.v1: a frontend's records in the order
+// it made them, so each connection's records are in order.
+type DeliveryBatch struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Records       []*DeliveryRecord      `protobuf:"bytes,1,rep,name=records,proto3" json:"records,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeliveryBatch) Reset() {
+	*x = DeliveryBatch{}
+	mi := &file_pilotwire_v1_conn_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeliveryBatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeliveryBatch) ProtoMessage() {}
+
+func (x *DeliveryBatch) ProtoReflect() protoreflect.Message {
+	mi := &file_pilotwire_v1_conn_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeliveryBatch.ProtoReflect.Descriptor instead.
+func (*DeliveryBatch) Descriptor() ([]byte, []int) {
+	return file_pilotwire_v1_conn_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *DeliveryBatch) GetRecords() []*DeliveryRecord {
+	if x != nil {
+		return x.Records
+	}
+	return nil
+}
+
 var File_pilotwire_v1_conn_proto protoreflect.FileDescriptor
 
 const file_pilotwire_v1_conn_proto_rawDesc = "" +
@@ -785,7 +834,9 @@ const file_pilotwire_v1_conn_proto_rawDesc = "" +
 	"\x10KIND_UNSPECIFIED\x10\x00\x12\f\n" +
 	"\bRESPONSE\x10\x01\x12\a\n" +
 	"\x03ACK\x10\x02\x12\b\n" +
-	"\x04NACK\x10\x03B?Z=github.com/pilotwire/pilotwire/proto/pilotwire/v1;pilotwirev1b\x06proto3"
+	"\x04NACK\x10\x03\"G\n" +
+	"\rDeliveryBatch\x126\n" +
+	"\arecords\x18\x01 \x03(\v2\x1c.pilotwire.v1.DeliveryRecordR\arecordsB?Z=github.com/pilotwire/pilotwire/proto/pilotwire/v1;pilotwirev1b\x06proto3"
 
 var (
 	file_pilotwire_v1_conn_proto_rawDescOnce sync.Once
@@ -800,7 +851,7 @@ func file_pilotwire_v1_conn_proto_rawDescGZIP() []byte {
 }
 
 var file_pilotwire_v1_conn_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_pilotwire_v1_conn_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_pilotwire_v1_conn_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
 var file_pilotwire_v1_conn_proto_goTypes = []any{
 	(DeliveryRecord_Kind)(0),      // 0: pilotwire.v1.DeliveryRecord.Kind
 	(*FrontendInfo)(nil),          // 1: pilotwire.v1.FrontendInfo
@@ -808,23 +859,25 @@ var file_pilotwire_v1_conn_proto_goTypes = []any{
 	(*ConnectionInfo)(nil),        // 3: pilotwire.v1.ConnectionInfo
 	(*Scope)(nil),                 // 4: pilotwire.v1.Scope
 	(*DeliveryRecord)(nil),        // 5: pilotwire.v1.DeliveryRecord
-	(*timestamppb.Timestamp)(nil), // 6: google.protobuf.Timestamp
+	(*DeliveryBatch)(nil),         // 6: pilotwire.v1.DeliveryBatch
+	(*timestamppb.Timestamp)(nil), // 7: google.protobuf.Timestamp
 }
 var file_pilotwire_v1_conn_proto_depIdxs = []int32{
-	6, // 0: pilotwire.v1.FrontendInfo.started_at:type_name -> google.protobuf.Timestamp
-	6, // 1: pilotwire.v1.FrontendInfo.heartbeat_at:type_name -> google.protobuf.Timestamp
-	6, // 2: pilotwire.v1.Watch.sent_at:type_name -> google.protobuf.Timestamp
-	6, // 3: pilotwire.v1.Watch.acked_at:type_name -> google.protobuf.Timestamp
-	2, // 4: pilotwire.v1.ConnectionInfo.watches:type_name -> pilotwire.v1.Watch
-	6, // 5: pilotwire.v1.ConnectionInfo.connected_at:type_name -> google.protobuf.Timestamp
-	4, // 6: pilotwire.v1.ConnectionInfo.scope:type_name -> pilotwire.v1.Scope
-	0, // 7: pilotwire.v1.DeliveryRecord.kind:type_name -> pilotwire.v1.DeliveryRecord.Kind
-	6, // 8: pilotwire.v1.DeliveryRecord.at:type_name -> google.protobuf.Timestamp
-	9, // [9:9] is the sub-list for method output_type
-	9, // [9:9] is the sub-list for method input_type
-	9, // [9:9] is the sub-list for extension type_name
-	9, // [9:9] is the sub-list for extension extendee
-	0, // [0:9] is the sub-list for field type_name
+	7,  // 0: pilotwire.v1.FrontendInfo.started_at:type_name -> google.protobuf.Timestamp
+	7,  // 1: pilotwire.v1.FrontendInfo.heartbeat_at:type_name -> google.protobuf.Timestamp
+	7,  // 2: pilotwire.v1.Watch.sent_at:type_name -> google.protobuf.Timestamp
+	7,  // 3: pilotwire.v1.Watch.acked_at:type_name -> google.protobuf.Timestamp
+	2,  // 4: pilotwire.v1.ConnectionInfo.watches:type_name -> pilotwire.v1.Watch
+	7,  // 5: pilotwire.v1.ConnectionInfo.connected_at:type_name -> google.protobuf.Timestamp
+	4,  // 6: pilotwire.v1.ConnectionInfo.scope:type_name -> pilotwire.v1.Scope
+	0,  // 7: pilotwire.v1.DeliveryRecord.kind:type_name -> pilotwire.v1.DeliveryRecord.Kind
+	7,  // 8: pilotwire.v1.DeliveryRecord.at:type_name -> google.protobuf.Timestamp
+	5,  // 9: pilotwire.v1.DeliveryBatch.records:type_name -> pilotwire.v1.DeliveryRecord
+	10, // [10:10] is the sub-list for method output_type
+	10, // [10:10] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_pilotwire_v1_conn_proto_init() }
@@ -838,7 +891,7 @@ func file_pilotwire_v1_conn_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pilotwire_v1_conn_proto_rawDesc), len(file_pilotwire_v1_conn_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   5,
+			NumMessages:   6,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -155,6 +155,19 @@ func RemoveKey(ctx context.Context, kv jetstream.KeyValue, key string, ttl time.
 	return RemoveKeyAt(ctx, kv, key, 0, ttl)
 }
 
+// KVKeySubject is the subject key of bucket is written on, for a writer
+// that publishes to the bucket itself (asynchronously, where
+// jetstream.KeyValue waits for each write).
+func KVKeySubject(bucket, key string) string { return kvKey(bucket, key) }
+
+// KVOperationHeader and KVOperationPurge mark a published message as a
+// purge of its key, as jetstream.KeyValue.Purge writes it (with a
+// jetstream.MsgRollup of the subject).
+const (
+	KVOperationHeader = "KV-Operation"
+	KVOperationPurge  = "PURGE"
+)
+
 // RemoveKeyAt is RemoveKey only if the key's latest revision is rev (0:
 // any); otherwise it fails with jetstream.ErrKeyRevisionMismatch and the
 // key keeps its newer value.

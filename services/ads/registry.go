@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -24,6 +25,7 @@ import (
 type registry struct {
 	// set at construction
 	kv        jetstream.KeyValue
+	js        jetstream.JetStream // publishes the connection entries to kv
 	fe        *pb.FrontendInfo
 	interval  time.Duration
 	log       *slog.Logger
@@ -185,29 +187,97 @@ func (r *registry) flush(ctx context.Context) {
 	dirty := r.dirty
 	r.dirty = make(map[string]*pb.ConnectionInfo, len(dirty))
 	r.mu.Unlock()
+	// The writes are asynchronous publishes to the bucket's subjects, at
+	// most registryWindow awaiting their acks: thousands of connections
+	// opening at once cost a few round trips, not one each.
+	window := make([]registryWrite, 0, min(len(dirty), registryWindow))
 	for id, ci := range dirty {
-		key := bus.ConnKey(r.fe.GetId(), id)
-		var err error
-		if ci == nil {
-			err = bus.RemoveKey(ctx, r.kv, key, bus.RegistryMarkerTTL)
-		} else {
-			var b []byte
-			if b, err = proto.Marshal(ci); err == nil {
-				_, err = r.kv.Put(ctx, key, b)
+		if len(window) == registryWindow {
+			r.settle(ctx, window)
+			window = window[:0]
+		}
+		window = append(window, r.write(id, ci))
+	}
+	r.settle(ctx, window)
+}
+
+// registryWindow bounds a flush's writes awaiting their acks. It stays
+// well below svc.PublishAsyncMaxPending, which the delivery recorder
+// shares.
+const registryWindow = 256
+
+// registryAckWait bounds the wait for a window's acks.
+const registryAckWait = 5 * time.Second
+
+var errNoRegistryAck = errors.New("no ack within " + registryAckWait.String())
+
+// registryWrite is one connection's entry written, or removed (ci nil).
+type registryWrite struct {
+	id  string
+	ci  *pb.ConnectionInfo
+	ack jetstream.PubAckFuture
+	err error
+}
+
+// write publishes connection id's entry, or its removal: a purge marker
+// the server deletes after bus.RegistryMarkerTTL, as bus.RemoveKey
+// writes.
+func (r *registry) write(id string, ci *pb.ConnectionInfo) registryWrite {
+	w := registryWrite{id: id, ci: ci}
+	msg := nats.NewMsg(bus.KVKeySubject(r.kv.Bucket(), bus.ConnKey(r.fe.GetId(), id)))
+	var opts []jetstream.PublishOpt
+	if ci == nil {
+		msg.Header.Set(bus.KVOperationHeader, bus.KVOperationPurge)
+		msg.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
+		opts = append(opts, jetstream.WithMsgTTL(bus.RegistryMarkerTTL))
+	} else if msg.Data, w.err = proto.Marshal(ci); w.err != nil {
+		return w
+	}
+	w.ack, w.err = r.js.PublishMsgAsync(msg, opts...)
+	return w
+}
+
+// settle waits for the writes' acks. A write that failed keeps the
+// latest state for the next flush unless newer state arrived meanwhile.
+func (r *registry) settle(ctx context.Context, writes []registryWrite) {
+	if len(writes) == 0 {
+		return
+	}
+	timeout := time.NewTimer(registryAckWait)
+	defer timeout.Stop()
+	expired := false // the rest have had their time too
+	for _, w := range writes {
+		err := w.err
+		switch {
+		case err != nil:
+		case expired:
+			select {
+			case <-w.ack.Ok():
+			case err = <-w.ack.Err():
+			default:
+				err = errNoRegistryAck
+			}
+		default:
+			select {
+			case <-w.ack.Ok():
+			case err = <-w.ack.Err():
+			case <-ctx.Done():
+				err = ctx.Err()
+			case <-timeout.C:
+				expired, err = true, errNoRegistryAck
 			}
 		}
-		if err != nil {
-			r.metrics.registryErrors.Inc()
-			r.log.Warn("registry write", "conn", id, "err", err)
-			if ctx.Err() == nil {
-				// Keep the latest state for the next flush unless newer
-				// state arrived meanwhile.
-				r.mu.Lock()
-				if _, newer := r.dirty[id]; !newer {
-					r.dirty[id] = ci
-				}
-				r.mu.Unlock()
+		if err == nil {
+			continue
+		}
+		r.metrics.registryErrors.Inc()
+		r.log.Warn("registry write", "conn", w.id, "removal", w.ci == nil, "err", err)
+		if ctx.Err() == nil {
+			r.mu.Lock()
+			if _, newer := r.dirty[w.id]; !newer {
+				r.dirty[w.id] = w.ci
 			}
+			r.mu.Unlock()
 		}
 	}
 }

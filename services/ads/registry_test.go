@@ -2,6 +2,8 @@ package ads
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"testing"
@@ -182,4 +184,107 @@ func TestReconnectWritesTheHeartbeatAtOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	testutil.Eventually(t, "a heartbeat counting the reconnect", func() bool { n, _ := reconnects(); return n == 1 })
+}
+
+// TestRegistryFlushWritesKVOperations: the flush publishes to the bucket
+// itself, asynchronously, so its writes must be what jetstream.KeyValue
+// writes: a put is the entry, a removal a purge that a watcher sees as
+// one, with a marker the server deletes after bus.RegistryMarkerTTL.
+func TestRegistryFlushWritesKVOperations(t *testing.T) {
+	url := natstest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.DefaultTimeout)
+	defer cancel()
+	_, js := natstest.Connect(t, url)
+	names, _ := bus.NewNames("pw")
+	kv, err := bus.EnsureKV(ctx, js, names.RegistryConfig(bus.StreamOptions{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	r := &registry{kv: kv, js: js, fe: &pb.FrontendInfo{Id: "fe-x"}, log: slog.New(slog.DiscardHandler), metrics: newMetrics(reg),
+		notify: make(chan struct{}, 1), dirty: map[string]*pb.ConnectionInfo{}}
+	const conns = 600 // more than one window
+	for i := range conns {
+		r.put(&pb.ConnectionInfo{ConnId: fmt.Sprintf("c%d", i), Frontend: "fe-x"})
+	}
+	r.flush(ctx)
+	if got := len(connKeys(t, kv, "fe-x")); got != conns {
+		t.Fatalf("%d entries after the flush, want %d", got, conns)
+	}
+	e, err := kv.Get(ctx, bus.ConnKey("fe-x", "c7"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ci := &pb.ConnectionInfo{}
+	if err := proto.Unmarshal(e.Value(), ci); err != nil || ci.GetConnId() != "c7" {
+		t.Fatalf("entry c7 = %v (%v), want connection c7", ci, err)
+	}
+
+	w, err := kv.Watch(ctx, bus.ConnKey("fe-x", "c7"), jetstream.UpdatesOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	r.remove("c7")
+	r.flush(ctx)
+	select {
+	case u := <-w.Updates():
+		if u == nil || u.Operation() != jetstream.KeyValuePurge {
+			t.Fatalf("watcher saw %v, want a purge of c7", u)
+		}
+	case <-ctx.Done():
+		t.Fatal("the watcher saw no removal of c7")
+	}
+	if _, err := kv.Get(ctx, bus.ConnKey("fe-x", "c7")); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Fatalf("Get(c7) after the removal: %v, want ErrKeyNotFound", err)
+	}
+	stream, err := js.Stream(ctx, "KV_"+names.RegistryBucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	marker, err := stream.GetLastMsgForSubject(ctx, bus.KVKeySubject(names.RegistryBucket(), bus.ConnKey("fe-x", "c7")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := marker.Header.Get(jetstream.MsgTTLHeader); got != bus.RegistryMarkerTTL.String() {
+		t.Errorf("the removal marker's %s = %q, want %q", jetstream.MsgTTLHeader, got, bus.RegistryMarkerTTL)
+	}
+	if got := testutil.Metric(reg, "pilotwire_ads_registry_errors_total"); got != 0 {
+		t.Errorf("pilotwire_ads_registry_errors_total = %v, want 0", got)
+	}
+}
+
+// TestRegistryFlushKeepsFailedWrites: writes the stream does not take are
+// counted, logged and kept for the next flush, unless newer state came.
+func TestRegistryFlushKeepsFailedWrites(t *testing.T) {
+	url := natstest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.DefaultTimeout)
+	defer cancel()
+	_, js := natstest.Connect(t, url)
+	names, _ := bus.NewNames("pw")
+	kv, err := bus.EnsureKV(ctx, js, names.RegistryConfig(bus.StreamOptions{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The bucket's stream is gone: no write gets an ack.
+	if err := js.DeleteKeyValue(ctx, names.RegistryBucket()); err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	r := &registry{kv: kv, js: js, fe: &pb.FrontendInfo{Id: "fe-x"}, log: slog.New(slog.DiscardHandler), metrics: newMetrics(reg),
+		notify: make(chan struct{}, 1), dirty: map[string]*pb.ConnectionInfo{}}
+	r.put(&pb.ConnectionInfo{ConnId: "c1"})
+	r.remove("c2")
+	r.flush(ctx)
+	if got := testutil.Metric(reg, "pilotwire_ads_registry_errors_total"); got != 2 {
+		t.Errorf("pilotwire_ads_registry_errors_total = %v, want 2", got)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if ci, ok := r.dirty["c1"]; !ok || ci.GetConnId() != "c1" {
+		t.Errorf("c1's entry not kept for the next flush: %v", r.dirty)
+	}
+	if ci, ok := r.dirty["c2"]; !ok || ci != nil {
+		t.Errorf("c2's removal not kept for the next flush: %v", r.dirty)
+	}
 }

@@ -102,6 +102,7 @@ func Run(ctx context.Context, cfg Config, d svc.Deps) error {
 	}, func() float64 { return float64(len(s.orders.batches)) }))
 	s.registry = &registry{
 		kv: kv,
+		js: d.JS,
 		fe: &pb.FrontendInfo{
 			Id:            cfg.FrontendID,
 			OrdersSubject: names.OrdersSubject(cfg.FrontendID),

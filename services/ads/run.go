@@ -15,6 +15,7 @@ import (
 	"golang.org/x/time/rate"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/experimental"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -166,6 +167,7 @@ func Run(ctx context.Context, cfg Config, d svc.Deps) error {
 		limiter = rate.NewLimiter(rate.Limit(cfg.NewStreamRate), max(cfg.NewStreamBurst, 1))
 	}
 	s.admission = newAdmission(cfg.syncingStreams(), cfg.AdmissionWait, cfg.AdmissionHold, cfg.MaxWaitingStreams, limiter, m)
+	pool := newResponseBufferPool()
 	gs := grpc.NewServer(append(creds,
 		grpc.KeepaliveParams(keepalive.ServerParameters{
 			MaxConnectionAge:      cfg.MaxConnectionAge,
@@ -175,6 +177,8 @@ func Run(ctx context.Context, cfg Config, d svc.Deps) error {
 		}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 15 * time.Second, PermitWithoutStream: true}),
 		grpc.MaxRecvMsgSize(4<<20),
+		experimental.BufferPool(pool),
+		grpc.ForceServerCodecV2(poolCodec{pool: pool}),
 	)...)
 	s.register(gs)
 

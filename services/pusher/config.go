@@ -80,9 +80,11 @@ type Config struct {
 	// every check, where a paused process would sit.
 	beforeSend func(*pb.PushOrderBatch)
 	// now, in tests, is the pusher's clock (nil: time.Now); afterSweep
-	// runs at the end of each sweep.
-	now        func() time.Time
-	afterSweep func()
+	// runs at the end of each sweep, afterLateCheck right after a sweep
+	// checked whether it ran late.
+	now            func() time.Time
+	afterSweep     func()
+	afterLateCheck func()
 }
 
 // DefaultConfig is the configuration every flag defaults to; Run also takes

@@ -202,3 +202,62 @@ func TestAllFrontendsSilentIsTheRegistry(t *testing.T) {
 		t.Errorf("expiry suspended = %v once a frontend was heard from, want 0", got)
 	}
 }
+
+// TestPauseInsideASweepDoesNotCountThePause: a SIGSTOP that lands inside
+// a sweep, after its check for lateness, must not count against the
+// frontends either. The sweep read the clock again for its expiry, so the
+// whole pause counted: the frontend was forgotten. Every step of a sweep
+// now judges by the one time the sweep read, and the next sweep finds
+// itself late and discounts the pause.
+func TestPauseInsideASweepDoesNotCountThePause(t *testing.T) {
+	url := natstest.Start(t)
+	var offset atomic.Int64
+	var pause atomic.Bool
+	sweeps := make(chan struct{}, 64)
+	p := runPusher(t, url, Config{
+		ID: "pa", PushTimeout: time.Minute, FrontendTimeout: 6 * time.Second,
+		now: func() time.Time { return time.Now().Add(time.Duration(offset.Load())) },
+		afterLateCheck: func() {
+			if pause.CompareAndSwap(true, false) {
+				offset.Add(int64(20 * time.Second)) // stopped here for 20 s
+			}
+		},
+		afterSweep: func() {
+			select {
+			case sweeps <- struct{}{}:
+			default: // the test is not waiting
+			}
+		},
+	})
+	testutil.Eventually(t, "active", func() bool { return p.metric("pilotwire_pusher_leader") == 1 })
+	fe := newFrontend(t, url, "fe-1")
+	fe.register("c", 0)
+	testutil.Eventually(t, "the frontend known", func() bool { return p.metric("pilotwire_pusher_frontends") == 1 })
+	waitSweeps := func(n int) {
+		t.Helper()
+		for range len(sweeps) {
+			<-sweeps
+		}
+		timeout := time.NewTimer(testutil.DefaultTimeout)
+		defer timeout.Stop()
+		for range n {
+			select {
+			case <-sweeps:
+			case <-timeout.C:
+				t.Fatal("no sweep")
+			}
+		}
+	}
+	waitSweeps(1)
+	pause.Store(true)
+	waitSweeps(3)
+	if pause.Load() {
+		t.Fatal("no sweep paused")
+	}
+	if got := p.metric("pilotwire_pusher_frontends"); got != 1 {
+		t.Fatalf("frontends = %v after a pause inside a sweep, want the frontend kept", got)
+	}
+	if got := p.metric("pilotwire_pusher_late_sweeps_total"); got != 1 {
+		t.Errorf("late sweeps = %v, want 1: the sweep after the pause", got)
+	}
+}

@@ -16,7 +16,7 @@ import (
 )
 
 // sweepInterval is how often sweep runs; a sweep that starts more than
-// lateSweep later than that after the previous one ended was held up
+// lateSweep later than that after the previous one started was held up
 // (the process stopped, or starved of CPU).
 const (
 	sweepInterval = time.Second
@@ -24,27 +24,33 @@ const (
 )
 
 // sweep expires dead frontends and overdue push orders once a second.
+// Each sweep reads the clock once, as it starts, and every step judges by
+// that time: a pause anywhere inside a sweep (SIGSTOP, starvation) counts
+// against nothing in it, and the next sweep, whose start is that much
+// later than this one's, finds itself late and discounts the pause.
 func (p *Pusher) sweep(ctx context.Context) {
 	t := time.NewTicker(sweepInterval)
 	defer t.Stop()
-	ended := p.now()
+	last := p.now() // when the previous sweep started
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
-		if late := p.now().Sub(ended) - sweepInterval; late > lateSweep {
+		now := p.now()
+		if late := now.Sub(last) - sweepInterval; late > lateSweep {
 			p.discountPause(late)
 		}
-		p.expireFrontends(ctx)
+		last = now
+		if p.cfg.afterLateCheck != nil {
+			p.cfg.afterLateCheck()
+		}
+		p.expireFrontends(ctx, now)
 		p.relearnFrontends(ctx)
-		p.expireOrders()
+		p.expireOrders(now)
 		p.checkLatest(ctx)
-		p.resync()
-		ended = p.now()
-		// After ended is read: a test that moves the clock once it hears
-		// of a sweep moves it for the next sweep's lateness, not this one's.
+		p.resync(now)
 		if p.cfg.afterSweep != nil {
 			p.cfg.afterSweep()
 		}
@@ -74,8 +80,7 @@ func (p *Pusher) discountPause(d time.Duration) {
 // hour).
 const forgetFor = time.Hour
 
-func (p *Pusher) expireFrontends(ctx context.Context) {
-	now := p.now()
+func (p *Pusher) expireFrontends(ctx context.Context, now time.Time) {
 	p.mu.Lock()
 	for id, at := range p.forgotten {
 		if now.Sub(at) > forgetFor {
@@ -272,8 +277,7 @@ func (p *Pusher) readConns(ctx context.Context, fe string) (int, error) {
 	}
 }
 
-func (p *Pusher) expireOrders() {
-	now := p.now()
+func (p *Pusher) expireOrders(now time.Time) {
 	var timedOut []*inflight
 	p.mu.Lock()
 	for id, f := range p.inflight {
@@ -300,8 +304,7 @@ func (p *Pusher) expireOrders() {
 // needs has not arrived) gets one after BehindGrace, longer than a debounce
 // window, so an overtaken request is waited for. Level-triggered and
 // forever: nothing stays behind for good (issue 12 row 9).
-func (p *Pusher) resync() {
-	now := p.now()
+func (p *Pusher) resync(now time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if !p.synced {

@@ -237,8 +237,10 @@ func (r *registry) write(id string, ci *pb.ConnectionInfo) registryWrite {
 	return w
 }
 
-// settle waits for the writes' acks. A write that failed keeps the
-// latest state for the next flush unless newer state arrived meanwhile.
+// settle waits for the writes' acks. A write that failed is counted and
+// keeps the latest state for the next flush unless newer state arrived
+// meanwhile; the failures are logged in one line (the first one's
+// connection and error), not one per connection.
 func (r *registry) settle(ctx context.Context, writes []registryWrite) {
 	if len(writes) == 0 {
 		return
@@ -246,6 +248,14 @@ func (r *registry) settle(ctx context.Context, writes []registryWrite) {
 	timeout := time.NewTimer(registryAckWait)
 	defer timeout.Stop()
 	expired := false // the rest have had their time too
+	failed := 0
+	var first error
+	var firstConn string
+	defer func() {
+		if failed > 0 {
+			r.log.Warn("registry writes failed; kept for the next flush", "failed", failed, "of", len(writes), "conn", firstConn, "err", first)
+		}
+	}()
 	for _, w := range writes {
 		err := w.err
 		switch {
@@ -271,7 +281,9 @@ func (r *registry) settle(ctx context.Context, writes []registryWrite) {
 			continue
 		}
 		r.metrics.registryErrors.Inc()
-		r.log.Warn("registry write", "conn", w.id, "removal", w.ci == nil, "err", err)
+		if failed++; first == nil {
+			first, firstConn = err, w.id
+		}
 		if ctx.Err() == nil {
 			r.mu.Lock()
 			if _, newer := r.dirty[w.id]; !newer {

@@ -129,21 +129,7 @@ func TestLateSweepDoesNotCountThePause(t *testing.T) {
 	fe := newFrontend(t, url, "fe-1")
 	fe.register("c", 0)
 	testutil.Eventually(t, "the frontend known", func() bool { return p.metric("pilotwire_pusher_frontends") == 1 })
-	waitSweeps := func(n int) {
-		t.Helper()
-		for range len(sweeps) {
-			<-sweeps
-		}
-		timeout := time.NewTimer(testutil.DefaultTimeout)
-		defer timeout.Stop()
-		for range n {
-			select {
-			case <-sweeps:
-			case <-timeout.C:
-				t.Fatal("no sweep")
-			}
-		}
-	}
+	waitSweeps := sweepWaiter(t, sweeps)
 	waitSweeps(1)
 	offset.Store(int64(20 * time.Second)) // the pusher was stopped 20 s
 	waitSweeps(2)
@@ -233,7 +219,26 @@ func TestPauseInsideASweepDoesNotCountThePause(t *testing.T) {
 	fe := newFrontend(t, url, "fe-1")
 	fe.register("c", 0)
 	testutil.Eventually(t, "the frontend known", func() bool { return p.metric("pilotwire_pusher_frontends") == 1 })
-	waitSweeps := func(n int) {
+	waitSweeps := sweepWaiter(t, sweeps)
+	waitSweeps(1)
+	pause.Store(true)
+	waitSweeps(3)
+	if pause.Load() {
+		t.Fatal("no sweep paused")
+	}
+	if got := p.metric("pilotwire_pusher_frontends"); got != 1 {
+		t.Fatalf("frontends = %v after a pause inside a sweep, want the frontend kept", got)
+	}
+	if got := p.metric("pilotwire_pusher_late_sweeps_total"); got != 1 {
+		t.Errorf("late sweeps = %v, want 1: the sweep after the pause", got)
+	}
+}
+
+// sweepWaiter returns a wait for n sweeps that end after each call to it
+// (sweeps reported before the call are drained first); sweeps is fed by
+// the pusher's afterSweep.
+func sweepWaiter(t *testing.T, sweeps chan struct{}) func(n int) {
+	return func(n int) {
 		t.Helper()
 		for range len(sweeps) {
 			<-sweeps
@@ -247,17 +252,5 @@ func TestPauseInsideASweepDoesNotCountThePause(t *testing.T) {
 				t.Fatal("no sweep")
 			}
 		}
-	}
-	waitSweeps(1)
-	pause.Store(true)
-	waitSweeps(3)
-	if pause.Load() {
-		t.Fatal("no sweep paused")
-	}
-	if got := p.metric("pilotwire_pusher_frontends"); got != 1 {
-		t.Fatalf("frontends = %v after a pause inside a sweep, want the frontend kept", got)
-	}
-	if got := p.metric("pilotwire_pusher_late_sweeps_total"); got != 1 {
-		t.Errorf("late sweeps = %v, want 1: the sweep after the pause", got)
 	}
 }

@@ -2,12 +2,14 @@ package pusher
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/pilotwire/pilotwire/internal/testkit/natstest"
@@ -253,4 +255,89 @@ func sweepWaiter(t *testing.T, sweeps chan struct{}) func(n int) {
 			}
 		}
 	}
+}
+
+// TestForgottenFrontendsOrdersEndWithIt (fault matrix, a frontend cut
+// from NATS: its 50 orders in flight outlived it): forgetting a frontend
+// dropped its connections and its queue but left its orders in flight.
+// Connection ids survive the frontend being forgotten and heard from
+// again, so a late done for an order of before (through 1) ended the
+// processing of the catch-up ordered since (through 2), and the next
+// request (3) was ordered while the catch-up was still in flight: two
+// orders in flight to one connection. A forgotten frontend's orders, and
+// a forgotten connection's, now end with it.
+func TestForgottenFrontendsOrdersEndWithIt(t *testing.T) {
+	url := natstest.Start(t)
+	p := runPusher(t, url, Config{ID: "p1", PushTimeout: 10 * time.Minute, FrontendTimeout: time.Second, ResyncInterval: 10 * time.Millisecond})
+	testutil.Eventually(t, "active", func() bool { return p.metric("pilotwire_pusher_leader") == 1 })
+	fe := newFrontend(t, url, "fe-1")
+	fe.mu.Lock()
+	fe.hold = true // completions wait for the test
+	fe.mu.Unlock()
+	fe.register("c", 0)
+	testutil.Eventually(t, "the connection known", func() bool { return p.metric("pilotwire_pusher_connections") == 1 })
+	p.push(t, &pb.PushRequest{Full: true, ThroughSeq: 1})
+	testutil.Eventually(t, "the first order", func() bool { return equal(fe.ordersFor("c"), []uint64{1}) })
+	takeHeld := func() []*pb.PushDone {
+		fe.mu.Lock()
+		defer fe.mu.Unlock()
+		held := fe.held
+		fe.held = nil
+		return held
+	}
+	stale := takeHeld()
+
+	// No heartbeat for the timeout: forgotten, with its connection.
+	testutil.Eventually(t, "the silent frontend forgotten", func() bool { return p.metric("pilotwire_pusher_frontends") == 0 })
+	// The pusher removes the forgotten frontend's entries; a live frontend
+	// notices and writes them again.
+	testutil.Eventually(t, "the forgotten connection's entry removed", func() bool {
+		_, err := fe.kv.Get(context.Background(), bus.ConnKey(fe.id, "c"))
+		return errors.Is(err, jetstream.ErrKeyNotFound)
+	})
+	// A request while it is forgotten orders nothing; heard from again, it
+	// writes its connection again and the pusher orders the catch-up,
+	// whose done the frontend holds.
+	p.push(t, &pb.PushRequest{Full: true, ThroughSeq: 2})
+	testutil.Eventually(t, "the request handled", func() bool { return p.metric("pilotwire_pusher_push_requests_total") == 2 })
+	fe.heartbeat()
+	fe.register("c", 0)
+	// From now on it heartbeats well within the timeout.
+	alive := time.NewTicker(100 * time.Millisecond)
+	stopAlive := make(chan struct{})
+	aliveDone := make(chan struct{})
+	go func() {
+		defer close(aliveDone)
+		for {
+			select {
+			case <-stopAlive:
+				return
+			case <-alive.C:
+				fe.heartbeat()
+			}
+		}
+	}()
+	defer func() { alive.Stop(); close(stopAlive); <-aliveDone }()
+	testutil.Eventually(t, "the catch-up order", func() bool { return equal(fe.ordersFor("c"), []uint64{1, 2}) })
+
+	// The done of the order from before the frontend was forgotten comes
+	// late, then a new request.
+	dones := func() float64 { return p.metric(`pilotwire_pusher_done_total{result="SENT"}`) }
+	before := dones()
+	fe.sendBatch(doneBatchSubject(names, "p1"), stale)
+	testutil.Eventually(t, "the late done handled", func() bool { return dones() > before })
+	p.push(t, &pb.PushRequest{Full: true, ThroughSeq: 3})
+	testutil.Eventually(t, "the next request queued", func() bool { return p.metric("pilotwire_pusher_push_requests_total") == 3 })
+	// Nothing may be ordered now: the catch-up is in flight. (An order
+	// comes within milliseconds of its request; absence has no event to
+	// wait for.)
+	short := time.NewTimer(testutil.ShortTimeout)
+	defer short.Stop()
+	<-short.C
+	if got := fe.ordersFor("c"); len(got) > 2 {
+		t.Fatalf("orders for c = %v: ordered %d while the catch-up was still in flight", got, got[2])
+	}
+	// The catch-up's done frees the connection for the request.
+	fe.sendBatch(doneBatchSubject(names, "p1"), takeHeld())
+	testutil.Eventually(t, "the request ordered after the catch-up's done", func() bool { return equal(fe.ordersFor("c"), []uint64{1, 2, 3}) })
 }

@@ -228,10 +228,17 @@ func sameScope(a, b *pb.Scope) bool {
 		slices.Equal(a.GetImports(), b.GetImports()) && slices.Equal(a.GetBackedNamespaces(), b.GetBackedNamespaces())
 }
 
-// forgetFrontendLocked drops a frontend and every connection it held, and
-// returns those connections with the revisions of their registry entries.
+// forgetFrontendLocked drops a frontend, every connection it held and
+// every order in flight to it (its queue goes too, so nothing is left to
+// mark done), and returns those connections with the revisions of their
+// registry entries.
 func (p *Pusher) forgetFrontendLocked(fe string) map[string]uint64 {
 	delete(p.frontends, fe)
+	for id, f := range p.inflight {
+		if f.frontend == fe {
+			p.endLocked(id, f)
+		}
+	}
 	gone := make(map[string]uint64)
 	for id, c := range p.conns {
 		if c.info.GetFrontend() == fe {

@@ -569,10 +569,17 @@ func (p *Pusher) resyncLaterLocked(c *connState, why string) time.Duration {
 	return wait
 }
 
+// forgetConnLocked drops a connection, its place in its frontend's queue
+// and its order in flight: a done that comes for that order later is
+// unknown, and cannot end the processing of a connection known again under
+// the same id (a frontend forgotten and heard from again).
 func (p *Pusher) forgetConnLocked(conn string) {
 	if c, ok := p.conns[conn]; ok {
 		if q := p.queues.lookup(c.info.GetFrontend()); q != nil {
 			q.Remove(conn)
+		}
+		if f := p.inflight[c.pushID]; f != nil && c.pushID != 0 {
+			p.endLocked(c.pushID, f)
 		}
 	}
 	delete(p.conns, conn)

@@ -46,9 +46,10 @@ type registry struct {
 	ownConns string
 
 	// guarded by mu
-	mu       sync.Mutex
-	dirty    map[string]*pb.ConnectionInfo // nil value: delete the key
-	draining bool
+	mu         sync.Mutex
+	dirty      map[string]*pb.ConnectionInfo // nil value: delete the key
+	draining   bool
+	reregister bool // the entry was found removed: re-register once it is written again
 }
 
 func (r *registry) put(ci *pb.ConnectionInfo) { r.mark(ci.GetConnId(), ci) }
@@ -127,8 +128,9 @@ func (r *registry) reconnected() {
 // heartbeat writes the frontend's entry by compare-and-set on the revision
 // it wrote last (0: first write) and returns the new revision. If someone
 // else changed or removed the entry (a pusher that timed this frontend out
-// deletes it with its connections), it writes it afresh and re-registers
-// every connection it holds, so the pusher knows them again.
+// deletes it with its connections), it writes it afresh and then
+// re-registers every connection it holds, so the pusher knows them again;
+// if that write fails, the next heartbeat that succeeds re-registers.
 func (r *registry) heartbeat(ctx context.Context, rev uint64) uint64 {
 	r.mu.Lock()
 	fe := proto.Clone(r.fe).(*pb.FrontendInfo)
@@ -164,12 +166,9 @@ func (r *registry) heartbeat(ctx context.Context, rev uint64) uint64 {
 			r.log.Warn("registry heartbeat", "err", err)
 			return rev
 		}
-		conns := r.all()
-		r.log.Warn("registry entry removed or replaced (declared dead?): re-registering", "connections", len(conns))
-		r.metrics.reregistrations.Inc()
-		for _, ci := range conns {
-			r.put(ci)
-		}
+		r.mu.Lock()
+		r.reregister = true
+		r.mu.Unlock()
 	}
 	nrev, err := r.kv.Put(ctx, key, b)
 	if err != nil {
@@ -178,6 +177,22 @@ func (r *registry) heartbeat(ctx context.Context, rev uint64) uint64 {
 			r.log.Warn("registry heartbeat", "err", err)
 		}
 		return 0
+	}
+	// Only once the entry is back: connection entries that reached the
+	// pusher before it would be pushed to, and the heartbeat coming after
+	// them (counting a NATS reconnect) would have those pushes resynced as
+	// lost.
+	r.mu.Lock()
+	rereg := r.reregister
+	r.reregister = false
+	r.mu.Unlock()
+	if rereg {
+		conns := r.all()
+		r.log.Warn("registry entry removed or replaced (declared dead?): re-registering", "connections", len(conns))
+		r.metrics.reregistrations.Inc()
+		for _, ci := range conns {
+			r.put(ci)
+		}
 	}
 	return nrev
 }

@@ -288,3 +288,57 @@ func TestRegistryFlushKeepsFailedWrites(t *testing.T) {
 		t.Errorf("c2's removal not kept for the next flush: %v", r.dirty)
 	}
 }
+
+// TestReregistrationFollowsTheHeartbeat (fault matrix, a frontend cut from
+// NATS): a frontend whose entry was removed (a pusher timed it out)
+// re-registered its connections before it wrote its heartbeat again. With
+// the connections' entries written asynchronously they reached the pusher
+// first, the pusher ordered pushes to them, and the heartbeat that came
+// next, counting the NATS reconnect, made it resync those 70 orders as
+// lost although they were sent after the reconnect. The heartbeat is now
+// written first: when the connections are gathered for re-registration
+// the frontend's entry is already back.
+func TestReregistrationFollowsTheHeartbeat(t *testing.T) {
+	url := natstest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.DefaultTimeout)
+	defer cancel()
+	_, js := natstest.Connect(t, url)
+	names, _ := bus.NewNames("pw")
+	kv, err := bus.EnsureKV(ctx, js, names.RegistryConfig(bus.StreamOptions{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	entryBack := make(chan bool, 1)
+	r := &registry{kv: kv, js: js, fe: &pb.FrontendInfo{Id: "fe-x"}, log: slog.New(slog.DiscardHandler), metrics: newMetrics(prometheus.NewRegistry()),
+		notify: make(chan struct{}, 1), dirty: map[string]*pb.ConnectionInfo{},
+		connCount: func() int { return 1 }, applied: func() uint64 { return 0 },
+		all: func() []*pb.ConnectionInfo {
+			_, err := kv.Get(ctx, bus.FrontendKey("fe-x"))
+			entryBack <- err == nil
+			return []*pb.ConnectionInfo{{ConnId: "c1", Frontend: "fe-x"}}
+		}}
+	rev := r.heartbeat(ctx, 0)
+	if rev == 0 {
+		t.Fatal("the first heartbeat was not written")
+	}
+	// A pusher timed the frontend out and removed its entry.
+	if err := bus.RemoveKey(ctx, kv, bus.FrontendKey("fe-x"), bus.RegistryMarkerTTL); err != nil {
+		t.Fatal(err)
+	}
+	if r.heartbeat(ctx, rev) == 0 {
+		t.Fatal("the heartbeat after the removal was not written")
+	}
+	select {
+	case back := <-entryBack:
+		if !back {
+			t.Fatal("the connections were gathered for re-registration before the frontend's entry was written again")
+		}
+	default:
+		t.Fatal("no re-registration after the entry was removed")
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.dirty["c1"]; !ok {
+		t.Fatalf("connection c1 not marked for re-registration: %v", r.dirty)
+	}
+}

@@ -111,18 +111,10 @@ func BenchmarkIdleStreamMemory(b *testing.B) {
 	b.Run("mesh=100x10", func(b *testing.B) {
 		const services = 100
 		var clusters []string
-		f := startFrontend(b, func(f *frontend) {
-			for i := range services {
-				name := fmt.Sprintf("s%03d", i)
-				f.publish(b, pb.Op_OP_ADD, "", "Service", service("default", name, 80))
-				var addrs []string
-				for e := range 10 {
-					addrs = append(addrs, fmt.Sprintf("10.%d.0.%d", i, e+1))
-				}
-				f.publish(b, pb.Op_OP_ADD, "discovery.k8s.io", "EndpointSlice", slice("default", name, 8080, addrs...))
-				clusters = append(clusters, fmt.Sprintf("outbound|80||%s.default.svc.cluster.local", name))
-			}
-		})
+		f := startFrontend(b, func(f *frontend) { publishBenchMesh(b, f, services) })
+		for i := range services {
+			clusters = append(clusters, fmt.Sprintf("outbound|80||s%03d.default.svc.cluster.local", i))
+		}
 		reportIdle(ctx, b, f, n, warm, bare, subscription{resource.EndpointType, clusters}, subscription{resource.RouteType, []string{"80"}})
 	})
 }

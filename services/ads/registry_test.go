@@ -130,15 +130,7 @@ func TestRestartedFrontendUsesNewConnIDs(t *testing.T) {
 // the entries of this process's own connections (ids with its
 // incarnation) alone.
 func TestStaleRemovalKeepsThisProcessConnections(t *testing.T) {
-	url := natstest.Start(t)
-	ctx, cancel := context.WithTimeout(context.Background(), testutil.DefaultTimeout)
-	defer cancel()
-	_, js := natstest.Connect(t, url)
-	names, _ := bus.NewNames("pw")
-	kv, err := bus.EnsureKV(ctx, js, names.RegistryConfig(bus.StreamOptions{}))
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, _, _, kv := registryBucket(t)
 	for _, c := range []string{"fe-x-old-1", "fe-x-old-2", "fe-x-new-1"} {
 		if _, err := kv.Put(ctx, bus.ConnKey("fe-x", c), []byte("x")); err != nil {
 			t.Fatal(err)
@@ -191,15 +183,7 @@ func TestReconnectWritesTheHeartbeatAtOnce(t *testing.T) {
 // writes: a put is the entry, a removal a purge that a watcher sees as
 // one, with a marker the server deletes after bus.RegistryMarkerTTL.
 func TestRegistryFlushWritesKVOperations(t *testing.T) {
-	url := natstest.Start(t)
-	ctx, cancel := context.WithTimeout(context.Background(), testutil.DefaultTimeout)
-	defer cancel()
-	_, js := natstest.Connect(t, url)
-	names, _ := bus.NewNames("pw")
-	kv, err := bus.EnsureKV(ctx, js, names.RegistryConfig(bus.StreamOptions{}))
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, js, names, kv := registryBucket(t)
 	reg := prometheus.NewRegistry()
 	r := &registry{kv: kv, js: js, fe: &pb.FrontendInfo{Id: "fe-x"}, log: slog.New(slog.DiscardHandler), metrics: newMetrics(reg),
 		notify: make(chan struct{}, 1), dirty: map[string]*pb.ConnectionInfo{}}
@@ -257,15 +241,7 @@ func TestRegistryFlushWritesKVOperations(t *testing.T) {
 // TestRegistryFlushKeepsFailedWrites: writes the stream does not take are
 // counted, logged and kept for the next flush, unless newer state came.
 func TestRegistryFlushKeepsFailedWrites(t *testing.T) {
-	url := natstest.Start(t)
-	ctx, cancel := context.WithTimeout(context.Background(), testutil.DefaultTimeout)
-	defer cancel()
-	_, js := natstest.Connect(t, url)
-	names, _ := bus.NewNames("pw")
-	kv, err := bus.EnsureKV(ctx, js, names.RegistryConfig(bus.StreamOptions{}))
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, js, names, kv := registryBucket(t)
 	// The bucket's stream is gone: no write gets an ack.
 	if err := js.DeleteKeyValue(ctx, names.RegistryBucket()); err != nil {
 		t.Fatal(err)
@@ -299,15 +275,7 @@ func TestRegistryFlushKeepsFailedWrites(t *testing.T) {
 // written first: when the connections are gathered for re-registration
 // the frontend's entry is already back.
 func TestReregistrationFollowsTheHeartbeat(t *testing.T) {
-	url := natstest.Start(t)
-	ctx, cancel := context.WithTimeout(context.Background(), testutil.DefaultTimeout)
-	defer cancel()
-	_, js := natstest.Connect(t, url)
-	names, _ := bus.NewNames("pw")
-	kv, err := bus.EnsureKV(ctx, js, names.RegistryConfig(bus.StreamOptions{}))
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, js, _, kv := registryBucket(t)
 	entryBack := make(chan bool, 1)
 	r := &registry{kv: kv, js: js, fe: &pb.FrontendInfo{Id: "fe-x"}, log: slog.New(slog.DiscardHandler), metrics: newMetrics(prometheus.NewRegistry()),
 		notify: make(chan struct{}, 1), dirty: map[string]*pb.ConnectionInfo{},
@@ -341,4 +309,21 @@ func TestReregistrationFollowsTheHeartbeat(t *testing.T) {
 	if _, ok := r.dirty["c1"]; !ok {
 		t.Fatalf("connection c1 not marked for re-registration: %v", r.dirty)
 	}
+}
+
+// registryBucket starts a NATS server with the registry bucket and returns
+// a context bounded by the test timeout, a JetStream context, the names
+// and the bucket.
+func registryBucket(t *testing.T) (context.Context, jetstream.JetStream, bus.Names, jetstream.KeyValue) {
+	t.Helper()
+	url := natstest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.DefaultTimeout)
+	t.Cleanup(cancel)
+	_, js := natstest.Connect(t, url)
+	names, _ := bus.NewNames("pw")
+	kv, err := bus.EnsureKV(ctx, js, names.RegistryConfig(bus.StreamOptions{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ctx, js, names, kv
 }

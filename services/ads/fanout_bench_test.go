@@ -53,7 +53,7 @@ func BenchmarkFanOutNATS(b *testing.B) {
 
 func benchFanOutNATS(b *testing.B, proxies, frontends int) {
 	const services = 100
-	f0 := startFrontend(b, func(f *frontend) { publishBenchMesh(b, f, services) })
+	f0 := startFrontend(b, meshOf(b, services))
 	fes := []*frontend{f0}
 	for i := 1; i < frontends; i++ {
 		fes = append(fes, runFrontend(b, f0.url, fmt.Sprintf("fe-%d", i+1), nil))
@@ -226,20 +226,6 @@ func (fl *fleet) client(st grpc.BidiStreamingClient[discovery.DiscoveryRequest, 
 		if st.Send(&discovery.DiscoveryRequest{TypeUrl: r.GetTypeUrl(), VersionInfo: r.GetVersionInfo(), ResponseNonce: r.GetNonce(), ResourceNames: names}) != nil {
 			return
 		}
-	}
-}
-
-// publishBenchMesh publishes the benchmark mesh: services Services in
-// namespace default, s000 on, each with one EndpointSlice of 10 endpoints.
-func publishBenchMesh(b *testing.B, f *frontend, services int) {
-	for i := range services {
-		name := fmt.Sprintf("s%03d", i)
-		f.publish(b, pb.Op_OP_ADD, "", "Service", service("default", name, 80))
-		var addrs []string
-		for e := range 10 {
-			addrs = append(addrs, fmt.Sprintf("10.%d.0.%d", i, e+1))
-		}
-		f.publish(b, pb.Op_OP_ADD, "discovery.k8s.io", "EndpointSlice", slice("default", name, 8080, addrs...))
 	}
 }
 

@@ -111,7 +111,7 @@ func BenchmarkIdleStreamMemory(b *testing.B) {
 	b.Run("mesh=100x10", func(b *testing.B) {
 		const services = 100
 		var clusters []string
-		f := startFrontend(b, func(f *frontend) { publishBenchMesh(b, f, services) })
+		f := startFrontend(b, meshOf(b, services))
 		for i := range services {
 			clusters = append(clusters, fmt.Sprintf("outbound|80||s%03d.default.svc.cluster.local", i))
 		}

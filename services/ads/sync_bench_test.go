@@ -22,7 +22,7 @@ import (
 // the response bytes per proxy.
 func BenchmarkInitialSync(b *testing.B) {
 	const proxies, services = 500, 300
-	f := startFrontend(b, func(f *frontend) { publishBenchMesh(b, f, services) })
+	f := startFrontend(b, meshOf(b, services))
 	var clusters []string
 	for i := range services {
 		clusters = append(clusters, fmt.Sprintf("outbound|80||s%03d.default.svc.cluster.local", i))

@@ -114,24 +114,8 @@ func TestOrdersInFlightWhenThePusherReconnectsAreResent(t *testing.T) {
 // time is still forgotten. Here the pusher's clock jumps 20 s between two
 // sweeps, as after a 20 s stop; before the fix the frontend was forgotten.
 func TestLateSweepDoesNotCountThePause(t *testing.T) {
-	url := natstest.Start(t)
 	var offset atomic.Int64
-	sweeps := make(chan struct{}, 64)
-	p := runPusher(t, url, Config{
-		ID: "pa", PushTimeout: time.Minute, FrontendTimeout: 6 * time.Second,
-		now: func() time.Time { return time.Now().Add(time.Duration(offset.Load())) },
-		afterSweep: func() {
-			select {
-			case sweeps <- struct{}{}:
-			default: // the test is not waiting
-			}
-		},
-	})
-	testutil.Eventually(t, "active", func() bool { return p.metric("pilotwire_pusher_leader") == 1 })
-	fe := newFrontend(t, url, "fe-1")
-	fe.register("c", 0)
-	testutil.Eventually(t, "the frontend known", func() bool { return p.metric("pilotwire_pusher_frontends") == 1 })
-	waitSweeps := sweepWaiter(t, sweeps)
+	p, waitSweeps := pausedPusher(t, &offset, nil)
 	waitSweeps(1)
 	offset.Store(int64(20 * time.Second)) // the pusher was stopped 20 s
 	waitSweeps(2)
@@ -198,30 +182,13 @@ func TestAllFrontendsSilentIsTheRegistry(t *testing.T) {
 // now judges by the one time the sweep read, and the next sweep finds
 // itself late and discounts the pause.
 func TestPauseInsideASweepDoesNotCountThePause(t *testing.T) {
-	url := natstest.Start(t)
 	var offset atomic.Int64
 	var pause atomic.Bool
-	sweeps := make(chan struct{}, 64)
-	p := runPusher(t, url, Config{
-		ID: "pa", PushTimeout: time.Minute, FrontendTimeout: 6 * time.Second,
-		now: func() time.Time { return time.Now().Add(time.Duration(offset.Load())) },
-		afterLateCheck: func() {
-			if pause.CompareAndSwap(true, false) {
-				offset.Add(int64(20 * time.Second)) // stopped here for 20 s
-			}
-		},
-		afterSweep: func() {
-			select {
-			case sweeps <- struct{}{}:
-			default: // the test is not waiting
-			}
-		},
+	p, waitSweeps := pausedPusher(t, &offset, func() {
+		if pause.CompareAndSwap(true, false) {
+			offset.Add(int64(20 * time.Second)) // stopped here for 20 s
+		}
 	})
-	testutil.Eventually(t, "active", func() bool { return p.metric("pilotwire_pusher_leader") == 1 })
-	fe := newFrontend(t, url, "fe-1")
-	fe.register("c", 0)
-	testutil.Eventually(t, "the frontend known", func() bool { return p.metric("pilotwire_pusher_frontends") == 1 })
-	waitSweeps := sweepWaiter(t, sweeps)
 	waitSweeps(1)
 	pause.Store(true)
 	waitSweeps(3)
@@ -234,6 +201,32 @@ func TestPauseInsideASweepDoesNotCountThePause(t *testing.T) {
 	if got := p.metric("pilotwire_pusher_late_sweeps_total"); got != 1 {
 		t.Errorf("late sweeps = %v, want 1: the sweep after the pause", got)
 	}
+}
+
+// pausedPusher runs a pusher (6 s frontend timeout) whose clock is
+// offset ahead of time.Now, with afterLateCheck as its hook, and one
+// frontend fe-1 with a connection it knows. It returns the pusher and a
+// wait for sweeps (sweepWaiter).
+func pausedPusher(t *testing.T, offset *atomic.Int64, afterLateCheck func()) (*harness, func(n int)) {
+	t.Helper()
+	url := natstest.Start(t)
+	sweeps := make(chan struct{}, 64)
+	p := runPusher(t, url, Config{
+		ID: "pa", PushTimeout: time.Minute, FrontendTimeout: 6 * time.Second,
+		now:            func() time.Time { return time.Now().Add(time.Duration(offset.Load())) },
+		afterLateCheck: afterLateCheck,
+		afterSweep: func() {
+			select {
+			case sweeps <- struct{}{}:
+			default: // the test is not waiting
+			}
+		},
+	})
+	testutil.Eventually(t, "active", func() bool { return p.metric("pilotwire_pusher_leader") == 1 })
+	fe := newFrontend(t, url, "fe-1")
+	fe.register("c", 0)
+	testutil.Eventually(t, "the frontend known", func() bool { return p.metric("pilotwire_pusher_frontends") == 1 })
+	return p, sweepWaiter(t, sweeps)
 }
 
 // sweepWaiter returns a wait for n sweeps that end after each call to it

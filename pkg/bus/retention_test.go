@@ -14,9 +14,6 @@ import (
 // the streams, and the defaults are what the docs say: no hard limit on
 // CHANGES (compaction bounds it), 24 h and 1 GiB on DELIVERIES.
 func TestRetentionOptions(t *testing.T) {
-	ctx, cancel := context.WithTimeout(t.Context(), testutil.DefaultTimeout)
-	defer cancel()
-	_, js := natstest.Connect(t, natstest.Start(t))
 	n := bus.Names{Prefix: "pw"}
 
 	tests := []struct {
@@ -37,9 +34,15 @@ func TestRetentionOptions(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			for _, name := range []string{n.ChangesStream(), n.DeliveriesStream()} {
-				_ = js.DeleteStream(ctx, name)
-			}
+			// A server of its own per case: deleting a stream and creating
+			// it again at once races nats-server's file store, which renames
+			// the deleted stream's directory and removes it in the
+			// background; a second delete before that removal ends fails
+			// and leaves the directory behind (CI saw "error creating store
+			// for stream").
+			ctx, cancel := context.WithTimeout(t.Context(), testutil.DefaultTimeout)
+			defer cancel()
+			_, js := natstest.Connect(t, natstest.Start(t))
 			changes, err := bus.EnsureStream(ctx, js, n.ChangesConfig(tt.opts))
 			if err != nil {
 				t.Fatal(err)

@@ -2,6 +2,7 @@ package model
 
 import (
 	"fmt"
+	"runtime"
 	"testing"
 
 	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
@@ -145,5 +146,34 @@ func flapEndpoint(b *testing.B, s *Store) {
 		if m := s.Snapshot(); m.Seq != seq {
 			b.Fatalf("snapshot at %d, want %d", m.Seq, seq)
 		}
+	}
+}
+
+// BenchmarkFirstSnapshot measures the snapshot a replaying frontend builds
+// once the model is bootstrapped: every service of a 5,000-service x
+// 10-endpoint mesh dirty, no previous mesh. workers=1 builds them on the
+// caller's goroutine; workers=max as NewStore does by default.
+func BenchmarkFirstSnapshot(b *testing.B) {
+	s := benchStore(b, 5000, 10)
+	empty, _ := NewMesh(0, nil)
+	for _, workers := range []int{1, runtime.GOMAXPROCS(0)} {
+		b.Run(fmt.Sprintf("workers=%d", workers), func(b *testing.B) {
+			s.buildWorkers = workers
+			b.ReportAllocs()
+			for b.Loop() {
+				b.StopTimer()
+				s.mu.Lock()
+				for sk := range s.services {
+					s.dirty[sk] = struct{}{}
+				}
+				empty.content.rules, empty.content.routes = s.ruleIdx, s.routeIdx
+				s.mesh = empty.withSeq(0)
+				s.mu.Unlock()
+				b.StartTimer()
+				if m := s.Snapshot(); len(m.Services) != 5000 {
+					b.Fatalf("%d services, want 5000", len(m.Services))
+				}
+			}
+		})
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 )
 
 // Snapshot returns an immutable view of the mesh at [Store.AppliedSeq]. It
@@ -117,22 +118,18 @@ func (s *Store) rebuild() *Mesh {
 		s.routingDirty = false
 		s.problemsDirty = true
 	}
-	for sk := range s.dirty {
+	s.eachDirtyBuilt(defaultExportTo, func(sk serviceKey, next *Service) {
 		host := Hostname(sk.Namespace, sk.Name)
 		old := r.prev.content.byHost[host]
 		if old != nil && old.Registry != Kubernetes {
 			old = nil // a ServiceEntry had the host: it is reported below
 			s.entriesDirty = true
 		}
-		next := buildService(sk, s.services[sk], s.slices[sk], s.pods, s.nodes, defaultExportTo)
-		if next != nil {
-			next.rules = s.ruleIdx.forService(next.Hostname, next.Namespace)
-		}
 		if (next == nil) != (old == nil) && len(s.entries) > 0 {
 			s.entriesDirty = true // a ServiceEntry host may be freed or taken
 		}
 		r.put(host, old, next)
-	}
+	})
 	clear(s.dirty)
 	if s.entriesDirty {
 		s.rebuildEntries(r)
@@ -173,6 +170,54 @@ func (s *Store) rebuild() *Mesh {
 		byHost: byHost, config: config, rules: s.ruleIdx, routes: s.routeIdx, problems: problems,
 		defaultPolicy: s.meshCfg.DefaultTrafficPolicy(), sidecars: s.sidecarIdx, localityLB: s.meshCfg.LocalityLbSetting(),
 	}}
+}
+
+// parallelBuildShare is the fewest dirty services a rebuild hands one
+// worker: below twice this the services are built on the caller's
+// goroutine. A service of the benchmark mesh (one port, ten endpoints)
+// builds in a few microseconds, so a share is about a millisecond of work,
+// far above a goroutine's cost; the per-change path (a handful of dirty
+// services) never starts one.
+const parallelBuildShare = 256
+
+// eachDirtyBuilt builds every dirty service (nil for one that is gone) and
+// calls fn with each, on the caller's goroutine. When many services are
+// dirty at once (the first snapshot after a replay, or a change that
+// touches every service), the builds run on up to s.buildWorkers
+// goroutines first: buildService and the rule index only read the store's
+// maps, and callers hold mu, so nothing changes under them. fn sees the
+// services in no particular order, as a map range would give them.
+func (s *Store) eachDirtyBuilt(defaultExportTo []string, fn func(serviceKey, *Service)) {
+	build := func(sk serviceKey) *Service {
+		next := buildService(sk, s.services[sk], s.slices[sk], s.pods, s.nodes, defaultExportTo)
+		if next != nil {
+			next.rules = s.ruleIdx.forService(next.Hostname, next.Namespace)
+		}
+		return next
+	}
+	workers := min(s.buildWorkers, len(s.dirty)/parallelBuildShare)
+	if workers < 2 {
+		for sk := range s.dirty {
+			fn(sk, build(sk))
+		}
+		return
+	}
+	keys := slices.Collect(maps.Keys(s.dirty))
+	built := make([]*Service, len(keys))
+	share := (len(keys) + workers - 1) / workers
+	var wg sync.WaitGroup
+	for lo := 0; lo < len(keys); lo += share {
+		hi := min(lo+share, len(keys))
+		wg.Go(func() {
+			for i := lo; i < hi; i++ {
+				built[i] = build(keys[i])
+			}
+		})
+	}
+	wg.Wait()
+	for i, sk := range keys {
+		fn(sk, built[i])
+	}
 }
 
 // rebuildEntries rebuilds the ServiceEntry services. Callers hold mu.

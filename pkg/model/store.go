@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"time"
 
@@ -37,7 +38,8 @@ type Store struct {
 	objects map[ObjectKey]*entry
 
 	// set at construction
-	meshCfg *meshconfig.MeshConfig
+	meshCfg      *meshconfig.MeshConfig
+	buildWorkers int // goroutines a large rebuild may use (snapshot.go)
 
 	// Indexes of the decoded kinds, by the mesh service they belong to.
 	services   map[serviceKey]map[string]*corev1.Service             // cluster id → Service
@@ -111,6 +113,14 @@ func WithMeshConfig(c *meshconfig.MeshConfig) Option {
 	return func(s *Store) { s.meshCfg = c }
 }
 
+// WithBuildWorkers sets how many goroutines a snapshot may use to build
+// services when many changed at once (a replay's first snapshot).
+// Without it, GOMAXPROCS at construction; 1 builds on the caller's
+// goroutine only.
+func WithBuildWorkers(n int) Option {
+	return func(s *Store) { s.buildWorkers = max(n, 1) }
+}
+
 // NewStore returns an empty store at sequence 0.
 func NewStore(opts ...Option) *Store {
 	empty, _ := NewMesh(0, nil)
@@ -135,6 +145,7 @@ func NewStore(opts ...Option) *Store {
 		dirty:           make(map[serviceKey]struct{}),
 		ruleIdx:         emptyRules(),
 		mesh:            empty,
+		buildWorkers:    runtime.GOMAXPROCS(0),
 	}
 	for _, o := range opts {
 		o(s)

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -79,16 +81,18 @@ func (g *seqGate) wait(ctx context.Context, seq uint64) error {
 	}
 }
 
-// followQueue bounds the change records decoded and not yet applied.
+// followQueue bounds the change records received and not yet applied.
 const followQueue = 256
 
 // follower materializes the model from the change stream: an ordered
 // consumer that starts with the last record of every subject (the current
-// state) and then follows new records. Two stages: the consumer's callback
-// decodes each record (protobuf, then the object's JSON) and queues it;
-// the apply loop applies the queue in order, advances the gate and
-// reports problems. Decoding needs nothing of the model, so the two run
-// side by side, and the loop sees the records as the stream ordered them.
+// state) and then follows new records. Two stages: decoders (decodeAhead,
+// one per core) decode the records the consumer's callback hands them
+// (protobuf, then the object's JSON); the apply loop applies them in the
+// stream's order, advances the gate and reports problems. Decoding needs
+// nothing of the model, so it runs beside applying, on every core, and
+// the loop sees the records as the stream ordered them. A snapshot is
+// loaded the same way.
 type follower struct {
 	// set at construction
 	js      jetstream.JetStream
@@ -101,8 +105,13 @@ type follower struct {
 	// record of each subject (tests compare the two); ignoreSnapshots
 	// reads the last record of each subject even when there is a snapshot.
 	fullReplay, ignoreSnapshots bool
-	queue                       chan decodedRecord // the consumer callback sends, the apply loop receives
-	quit                        chan struct{}      // closed when following stops
+	decoders                    int           // goroutines decoding records (GOMAXPROCS)
+	quit                        chan struct{} // closed when following stops
+
+	// ahead is the decoders of the stage running now (loading a snapshot,
+	// then following); nil before start. The consumer callback sends to
+	// the following stage's decoders, the apply loop receives.
+	ahead atomic.Pointer[decodeAhead]
 
 	// owned by the apply loop (and by start before it starts the loop)
 	caughtUpOnce sync.Once
@@ -114,7 +123,7 @@ type follower struct {
 func newFollower(js jetstream.JetStream, names bus.Names, store *model.Store, gate *seqGate, log *slog.Logger, m *metrics) *follower {
 	return &follower{
 		js: js, names: names, store: store, gate: gate, log: log, metrics: m,
-		queue: make(chan decodedRecord, followQueue), quit: make(chan struct{}),
+		decoders: runtime.GOMAXPROCS(0), quit: make(chan struct{}),
 		caughtUp: make(chan struct{}),
 	}
 }
@@ -152,8 +161,10 @@ func (f *follower) start(ctx context.Context) (stop func(), err error) {
 	if err != nil {
 		return nil, fmt.Errorf("ordered consumer on %s: %w", f.names.ChangesStream(), err)
 	}
+	ahead := newDecodeAhead(f.decoders, followQueue, f.quit, f.decodeMsg)
+	f.ahead.Store(ahead)
 	loopDone := make(chan struct{})
-	go f.applyLoop(loopDone)
+	go f.applyLoop(ahead, loopDone)
 	// Pulls as the services' consumers make them (bus.PullConsume): a lost
 	// pull (the ordered consumer then starts over where it was) costs 2 s,
 	// not the 10 s of nats.go's default for ordered consumers.
@@ -166,6 +177,7 @@ func (f *follower) start(ctx context.Context) (stop func(), err error) {
 	if err != nil {
 		close(f.quit)
 		<-loopDone
+		ahead.wait()
 		return nil, fmt.Errorf("consume %s: %w", f.names.ChangesStream(), err)
 	}
 	var stopOnce sync.Once
@@ -174,6 +186,7 @@ func (f *follower) start(ctx context.Context) (stop func(), err error) {
 			cc.Stop()
 			close(f.quit) // a callback still running returns without queueing
 			<-loopDone
+			ahead.wait()
 		})
 	}
 	// Caught up when the stream's last sequence as of now is applied, or when
@@ -270,10 +283,24 @@ func (f *follower) loadSnapshot(ctx context.Context, firstSeq, lastSeq uint64) (
 		// it would miss them. Counted and logged as unusable by the caller.
 		return nil, fmt.Errorf("the change stream lost the records after the newest snapshot (snapshot at seq %d, the stream starts at %d)", in.Seq, firstSeq)
 	}
+	// Decoded on every core, applied on one goroutine in the snapshot's
+	// order. A read that fails part way leaves what it sent applied.
+	quit := make(chan struct{})
+	ahead := newDecodeAhead(f.decoders, followQueue, quit, f.decode)
+	f.ahead.Store(ahead)
+	applied := make(chan struct{})
+	go func() {
+		defer close(applied)
+		ahead.each(func(r *decodedRecord) { f.applyDecoded(r) })
+	}()
 	err = st.Read(ctx, *in, func(r snapshot.Record) error {
-		f.apply(r.Subject, r.Seq, r.Data)
+		ahead.send(decodedRecord{subject: r.Subject, seq: r.Seq}, r.Data) // quit is closed only below
 		return nil
 	})
+	ahead.closeInput()
+	<-applied
+	ahead.wait()
+	close(quit)
 	if err != nil {
 		return nil, fmt.Errorf("load snapshot: %w", err)
 	}
@@ -293,16 +320,8 @@ func (f *follower) lastSeq(ctx context.Context) (uint64, error) {
 	return info.State.LastSeq, nil
 }
 
-// apply decodes and applies one record of a snapshot, on the caller's
-// goroutine; a bad one is logged and counted and changes nothing.
-func (f *follower) apply(subject string, seq uint64, data []byte) {
-	r := decodedRecord{subject: subject, seq: seq}
-	f.decode(&r, data)
-	f.applyDecoded(&r)
-}
-
 // decode decodes a record's protobuf and object. It reads nothing of the
-// follower's state: the consumer callback runs it.
+// follower's state: the decoders run it.
 func (f *follower) decode(r *decodedRecord, data []byte) {
 	rec := &pb.ChangeRecord{}
 	if err := proto.Unmarshal(data, rec); err != nil {
@@ -327,33 +346,39 @@ func (f *follower) applyDecoded(r *decodedRecord) bool {
 	return true
 }
 
-// handle is the consumer callback: it decodes the message and queues it
-// for the apply loop, in the order the consumer delivers.
+// decodeMsg decodes a consumer message's record unless it has no
+// metadata (the apply loop logs that).
+func (f *follower) decodeMsg(r *decodedRecord, data []byte) {
+	if r.mdErr == nil {
+		f.decode(r, data)
+	}
+}
+
+// handle is the consumer callback: it hands the message to the decoders,
+// in the order the consumer delivers. It returns without doing so once
+// following stops.
 func (f *follower) handle(msg jetstream.Msg) {
 	r := decodedRecord{subject: msg.Subject()}
 	if md, err := msg.Metadata(); err != nil {
 		r.mdErr = err
 	} else {
 		r.seq, r.numPending = md.Sequence.Stream, md.NumPending
-		f.decode(&r, msg.Data())
 	}
-	select {
-	case f.queue <- r:
-	case <-f.quit:
-	}
+	f.ahead.Load().send(r, msg.Data())
 }
 
-// applyLoop applies the queued records in order until following stops.
-func (f *follower) applyLoop(done chan<- struct{}) {
-	defer close(done)
-	for {
-		select {
-		case r := <-f.queue:
-			f.step(&r)
-		case <-f.quit:
-			return
-		}
+// queued is how many records are received and not yet applied.
+func (f *follower) queued() int {
+	if p := f.ahead.Load(); p != nil {
+		return p.queued()
 	}
+	return 0
+}
+
+// applyLoop applies the decoded records in order until following stops.
+func (f *follower) applyLoop(ahead *decodeAhead, done chan<- struct{}) {
+	defer close(done)
+	ahead.each(f.step)
 }
 
 // step applies one queued record and moves the gate past it.

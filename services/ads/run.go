@@ -133,8 +133,8 @@ func Run(ctx context.Context, cfg Config, d svc.Deps) error {
 	f := newFollower(d.JS, names, store, gate, log, m)
 	f.fullReplay, f.ignoreSnapshots = cfg.fullReplay, cfg.ignoreSnapshots
 	d.Reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "pilotwire_ads_change_records_queued", Help: "Change records decoded and not yet applied to the model.",
-	}, func() float64 { return float64(len(f.queue)) }))
+		Name: "pilotwire_ads_change_records_queued", Help: "Change records received and not yet applied to the model, waiting to be decoded or decoded.",
+	}, func() float64 { return float64(f.queued()) }))
 	restoreGC := raiseGCPercent(cfg.BootstrapGOGC)
 	stopFollow, err := f.start(ctx)
 	restoreGC()

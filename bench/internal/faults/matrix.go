@@ -82,8 +82,17 @@ type Row struct {
 	Pushes              pushCheck
 	// Frontend and service counters over the phase.
 	Older, Repeated, Fenced, DebounceFenced, LostPushes float64
-	Note                                                string
-	Err                                                 string
+	// LostBy splits LostPushes by the pusher's reason label.
+	LostBy map[string]float64
+	Note   string
+	Err    string
+}
+
+// lostReasons are the reason labels of pilotwire_pusher_lost_pushes_total.
+var lostReasons = []string{"timeout", "send", "failed", "frontend_reconnected", "pusher_reconnected"}
+
+func lostSeries(reason string) string {
+	return `pilotwire_pusher_lost_pushes_total{reason="` + reason + `"}`
 }
 
 // OK reports whether the row meets the correctness targets (time aside).
@@ -190,7 +199,11 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	type span struct{ from, to uint64 }
 	spans := make([]span, len(faults))
 	fe := newCounters(`pilotwire_ads_push_orders_not_newer_total{kind="older"}`, `pilotwire_ads_push_orders_not_newer_total{kind="repeated"}`, `pilotwire_ads_push_orders_total{result="FENCED"}`)
-	svc := newCounters("pilotwire_debounce_fenced_total", "pilotwire_pusher_lost_pushes_total")
+	svcNames := []string{"pilotwire_debounce_fenced_total", "pilotwire_pusher_lost_pushes_total"}
+	for _, r := range lostReasons {
+		svcNames = append(svcNames, lostSeries(r))
+	}
+	svc := newCounters(svcNames...)
 	for i, f := range faults {
 		n := per
 		if i == len(faults)-1 {
@@ -244,6 +257,14 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		row.Fenced = fe1[fe.names[2]] - fe0[fe.names[2]]
 		row.DebounceFenced = svc1[svc.names[0]] - svc0[svc.names[0]]
 		row.LostPushes = svc1[svc.names[1]] - svc0[svc.names[1]]
+		for _, r := range lostReasons {
+			if d := svc1[lostSeries(r)] - svc0[lostSeries(r)]; d > 0 {
+				if row.LostBy == nil {
+					row.LostBy = make(map[string]float64)
+				}
+				row.LostBy[r] = d
+			}
+		}
 		say("  converged %d/%d, %s after the fault ended (%s after it began)%s", m, total,
 			row.Converge.Round(time.Millisecond), row.FromFault.Round(time.Millisecond), errSuffix(row.Err))
 		res.Rows = append(res.Rows, row)

@@ -30,16 +30,31 @@ func WriteTable(w io.Writer, r *Result) {
 		if row.Err != "" {
 			note = strings.TrimSpace(note + " error: " + row.Err)
 		}
-		fmt.Fprintf(w, "| %s | %d | %d/%d | %s | %s | %s | %d / %d / %d | %d / %d | %d, %d / %d / %d | %g / %g / %g | %g | %g | %s |\n",
+		fmt.Fprintf(w, "| %s | %d | %d/%d | %s | %s | %s | %d / %d / %d | %d / %d | %d, %d / %d / %d | %g / %g / %g | %g | %s | %s |\n",
 			row.Fault, row.Changes, row.Matched, row.Total, secs(row.Converge), secs(row.FromFault), target,
 			rc.Lost, rc.Duplicated, rc.Reordered+rc.Unknown, rc.Skipped, rc.Coalesced,
 			row.Pushes.Requests, row.Pushes.Uncovered, row.Pushes.Duplicated, row.Pushes.Reordered,
-			row.Older, row.Repeated, row.Fenced, row.DebounceFenced, row.LostPushes, note)
+			row.Older, row.Repeated, row.Fenced, row.DebounceFenced, lostPushes(row), note)
 	}
 	for _, n := range r.Notes {
 		fmt.Fprintf(w, "\n- %s", n)
 	}
 	fmt.Fprintln(w)
+}
+
+// lostPushes is the row's lost pushes with their reasons, "23 (timeout 20,
+// frontend_reconnected 3)", so that a reader sees which path lost them.
+func lostPushes(row Row) string {
+	var by []string
+	for _, r := range lostReasons {
+		if n := row.LostBy[r]; n > 0 {
+			by = append(by, fmt.Sprintf("%s %g", r, n))
+		}
+	}
+	if len(by) == 0 {
+		return fmt.Sprintf("%g", row.LostPushes)
+	}
+	return fmt.Sprintf("%g (%s)", row.LostPushes, strings.Join(by, ", "))
 }
 
 func secs(d time.Duration) string {

@@ -87,10 +87,10 @@ const followQueue = 256
 // follower materializes the model from the change stream: an ordered
 // consumer that starts with the last record of every subject (the current
 // state) and then follows new records. Two stages: decoders (decodeAhead,
-// one per core) decode the records the consumer's callback hands them
+// one per core but the apply loop's) decode the records the consumer's callback hands them
 // (protobuf, then the object's JSON); the apply loop applies them in the
 // stream's order, advances the gate and reports problems. Decoding needs
-// nothing of the model, so it runs beside applying, on every core, and
+// nothing of the model, so it runs beside applying, on the other cores, and
 // the loop sees the records as the stream ordered them. A snapshot is
 // loaded the same way.
 type follower struct {
@@ -105,7 +105,7 @@ type follower struct {
 	// record of each subject (tests compare the two); ignoreSnapshots
 	// reads the last record of each subject even when there is a snapshot.
 	fullReplay, ignoreSnapshots bool
-	decoders                    int           // goroutines decoding records (GOMAXPROCS)
+	decoders                    int           // goroutines decoding records: a core each, less the apply loop's
 	quit                        chan struct{} // closed when following stops
 
 	// ahead is the decoders of the stage running now (loading a snapshot,
@@ -123,7 +123,7 @@ type follower struct {
 func newFollower(js jetstream.JetStream, names bus.Names, store *model.Store, gate *seqGate, log *slog.Logger, m *metrics) *follower {
 	return &follower{
 		js: js, names: names, store: store, gate: gate, log: log, metrics: m,
-		decoders: runtime.GOMAXPROCS(0), quit: make(chan struct{}),
+		decoders: max(runtime.GOMAXPROCS(0)-1, 1), quit: make(chan struct{}),
 		caughtUp: make(chan struct{}),
 	}
 }

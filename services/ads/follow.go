@@ -87,12 +87,12 @@ const followQueue = 256
 // follower materializes the model from the change stream: an ordered
 // consumer that starts with the last record of every subject (the current
 // state) and then follows new records. Two stages: decoders (decodeAhead,
-// one per core but the apply loop's) decode the records the consumer's callback hands them
-// (protobuf, then the object's JSON); the apply loop applies them in the
-// stream's order, advances the gate and reports problems. Decoding needs
-// nothing of the model, so it runs beside applying, on the other cores, and
-// the loop sees the records as the stream ordered them. A snapshot is
-// loaded the same way.
+// one per core but the apply loop's) decode the records the consumer's
+// callback hands them (protobuf, then the object's JSON); the apply loop
+// applies them in the stream's order, advances the gate and reports
+// problems. Decoding needs nothing of the model, so it runs beside
+// applying, on the other cores, and the loop sees the records as the
+// stream ordered them. A snapshot is loaded the same way.
 type follower struct {
 	// set at construction
 	js      jetstream.JetStream
@@ -283,7 +283,7 @@ func (f *follower) loadSnapshot(ctx context.Context, firstSeq, lastSeq uint64) (
 		// it would miss them. Counted and logged as unusable by the caller.
 		return nil, fmt.Errorf("the change stream lost the records after the newest snapshot (snapshot at seq %d, the stream starts at %d)", in.Seq, firstSeq)
 	}
-	// Decoded on every core, applied on one goroutine in the snapshot's
+	// Decoded by the decoders, applied on one goroutine in the snapshot's
 	// order. A read that fails part way leaves what it sent applied.
 	quit := make(chan struct{})
 	ahead := newDecodeAhead(f.decoders, followQueue, quit, f.decode)

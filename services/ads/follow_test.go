@@ -206,7 +206,7 @@ func TestFollowerSkipsBadRecords(t *testing.T) {
 // last record, and the applied sequence never runs ahead of the model.
 func TestFollowerAppliesInOrder(t *testing.T) {
 	e := newFollowEnv(t, true)
-	e.f.decoders = 4 // more than the cores here: decoders finish out of turn
+	e.f.decoders = 4              // more than the cores here: decoders finish out of turn
 	const objects, rounds = 5, 61 // neither last round deletes
 	publishRound := func(r int) uint64 {
 		var seq uint64

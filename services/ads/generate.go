@@ -3,6 +3,7 @@ package ads
 import (
 	"log/slog"
 	"sync"
+	"sync/atomic"
 
 	resource "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/protobuf/types/known/anypb"
@@ -19,6 +20,11 @@ type response struct {
 	names     []string
 	versions  []string // per resource, parallel to names
 	bytes     int
+	// id names a shared response (selectResponse); 0 for one made for a
+	// single connection (empty, or narrowed)
+	id uint64
+	// narrowed: this response narrowed against older ones (narrow.go)
+	narrowed atomic.Pointer[[]narrowing]
 }
 
 // onlyChanged narrows r to the resources whose version differs from sent
@@ -100,7 +106,7 @@ func selectResponse(set *xdsgen.Set, w *watch) *response {
 	} else {
 		rs, version = set.Select(w.names)
 	}
-	r := &response{version: version, resources: make([]*anypb.Any, len(rs)), names: make([]string, len(rs)), versions: make([]string, len(rs))}
+	r := &response{version: version, resources: make([]*anypb.Any, len(rs)), names: make([]string, len(rs)), versions: make([]string, len(rs)), id: responseIDs.Add(1)}
 	for i, x := range rs {
 		r.resources[i] = x.Any
 		r.names[i] = x.Name

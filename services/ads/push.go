@@ -158,7 +158,7 @@ func (c *conn) clustersSent(names []string) {
 		}
 		if _, had := eds.sentRes[n]; had {
 			delete(eds.sentRes, n)
-			eds.forgotten = true
+			eds.forgotten, eds.sentAs = true, nil
 		}
 	}
 }

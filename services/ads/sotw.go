@@ -92,6 +92,7 @@ func (c *conn) answerNames(w *watch, old []string) error {
 	if !incrementalSotW(w.typeURL) || w.sentRes == nil || w.wildcard {
 		return c.answer(w)
 	}
+	w.sentAs = nil // entries may be dropped below
 	for n := range w.sentRes {
 		if _, ok := slices.BinarySearch(w.names, n); !ok {
 			delete(w.sentRes, n)
@@ -127,7 +128,13 @@ func (c *conn) respond(mesh *model.Mesh, w *watch, force bool, pushID uint64) (b
 	}
 	r := full
 	if !force && incrementalSotW(w.typeURL) && w.sentRes != nil {
-		changed, any := full.onlyChanged(w.sentRes)
+		var changed *response
+		var any bool
+		if w.sentAs != nil {
+			changed, any = full.narrowFrom(w.sentAs)
+		} else {
+			changed, any = full.onlyChanged(w.sentRes)
+		}
 		if !any {
 			// Only removals: the client keeps what it has, which is
 			// harmless; remember the new state (nothing was sent).
@@ -168,6 +175,13 @@ func (c *conn) respond(mesh *model.Mesh, w *watch, force bool, pushID uint64) (b
 		}
 		for i, n := range r.names {
 			w.sentRes[n] = r.versions[i]
+		}
+		// sentRes now holds every resource of full at full's version (what
+		// the narrowing left out was there already): exactly full's when
+		// it holds nothing more.
+		w.sentAs = nil
+		if full.id != 0 && len(w.sentRes) == len(full.names) {
+			w.sentAs = full
 		}
 	}
 	c.clustersSent(changedClusters)

@@ -56,6 +56,10 @@ type watch struct {
 	// state of the world EDS/RDS: version of each resource last sent, to
 	// push only what changed
 	sentRes map[string]string
+	// sentAs: the shared response whose names and versions sentRes holds
+	// exactly, or nil (entries were dropped, or removed resources are
+	// kept); a push then narrows by the two responses (narrow.go)
+	sentAs *response
 	// state of the world CDS: the last response sent (always the whole
 	// set, shared with the connections sent the same), to tell which
 	// clusters the next one changes; a map per connection would hold a

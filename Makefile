@@ -27,7 +27,8 @@ FUZZ_TARGETS := \
 	./services/pusher:FuzzRequestMerge \
 	./services/pusher:FuzzSyncedRanges \
 	./services/ads:FuzzSotWRequests \
-	./services/ads:FuzzDeltaRequests
+	./services/ads:FuzzDeltaRequests \
+	./services/ads:FuzzUnmarshalRequest
 
 .PHONY: help build run test test-short test-faults check-tree check-deps proto proto-check lint vet tidy-check tools k8s-binaries bench bench-full bench-go fuzz clean
 

@@ -3,6 +3,7 @@ package ads
 import (
 	"fmt"
 
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/proto"
 )
@@ -29,7 +30,12 @@ func newResponseBufferPool() mem.BufferPool {
 // poolCodec is the ADS server's protobuf codec. grpc-go's own codec
 // marshals into the process-wide default pool whatever pool the server
 // is given, so the server forces this one, which marshals into pool.
-type poolCodec struct{ pool mem.BufferPool }
+// A DiscoveryRequest's resource names come from names (internames.go)
+// when it is set.
+type poolCodec struct {
+	pool  mem.BufferPool
+	names *nameTable
+}
 
 func (poolCodec) Name() string { return "proto" }
 
@@ -65,5 +71,8 @@ func (c poolCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	}
 	buf := data.MaterializeToBuffer(c.pool)
 	defer buf.Free()
+	if req, ok := m.(*discovery.DiscoveryRequest); ok && c.names != nil {
+		return c.names.unmarshalRequest(buf.ReadOnlyData(), req)
+	}
 	return proto.Unmarshal(buf.ReadOnlyData(), m)
 }

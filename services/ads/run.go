@@ -178,7 +178,7 @@ func Run(ctx context.Context, cfg Config, d svc.Deps) error {
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 15 * time.Second, PermitWithoutStream: true}),
 		grpc.MaxRecvMsgSize(4<<20),
 		experimental.BufferPool(pool),
-		grpc.ForceServerCodecV2(poolCodec{pool: pool}),
+		grpc.ForceServerCodecV2(poolCodec{pool: pool, names: newNameTable()}),
 	)...)
 	s.register(gs)
 

@@ -94,6 +94,15 @@ type watch struct {
 // it has, no names means none, as when a gRPC client unsubscribes from its
 // last listener. A wildcard stays one on later empty requests.
 func (w *watch) setNames(names []string) bool {
+	if w.sameNames(names) {
+		return false
+	}
+	return w.setNamesByCopy(names)
+}
+
+// setNamesByCopy is setNames without the no-change shortcut: the names
+// copied, sorted and compared.
+func (w *watch) setNamesByCopy(names []string) bool {
 	wildcard := false
 	var explicit []string
 	for _, n := range names {
@@ -118,6 +127,35 @@ func (w *watch) setNames(names []string) bool {
 		w.nameKey = ""
 	}
 	return changed
+}
+
+// sameNamesMax bounds the names sameNames checks without allocating.
+const sameNamesMax = 4096
+
+// sameNames reports whether a request naming names leaves a named
+// (not wildcard) watch as it is: the same names, in any order, each once.
+// Every ACK repeats the names it watches, so this is the common case,
+// and it allocates nothing (setNames otherwise copies and sorts them).
+// false means only that setNames must work it out.
+func (w *watch) sameNames(names []string) bool {
+	if w.wildcard || len(names) == 0 || len(names) != len(w.names) {
+		return false
+	}
+	if slices.Equal(names, w.names) {
+		return true // sent back in the order they are kept
+	}
+	if len(names) > sameNamesMax {
+		return false
+	}
+	var seen [sameNamesMax / 64]uint64
+	for _, n := range names {
+		i, ok := slices.BinarySearch(w.names, n)
+		if !ok || seen[i/64]&(1<<(i%64)) != 0 {
+			return false // new, or named twice (then another is missing)
+		}
+		seen[i/64] |= 1 << (i % 64)
+	}
+	return true
 }
 
 // namesKey identifies the watch's names: equal names, equal keys. It is

@@ -111,6 +111,11 @@ func GenerateFor(m *model.Mesh, p Proxy, typeURL string) (*Set, error) {
 }
 
 func generateFor(full *model.Mesh, p Proxy, typeURL string) (*Set, error) {
+	if typeURL == resource.EndpointType {
+		// Load assignments are named subscriptions, the same for every
+		// scope: the proxy's scope is not worked out for them.
+		return endpointSetFor(full, p)
+	}
 	mode := p.Mesh.OutboundMode()
 	// Outbound config covers the services the proxy may see (exportTo, the
 	// Sidecar that applies to it: by workloadSelector on its labels, else
@@ -120,8 +125,6 @@ func generateFor(full *model.Mesh, p Proxy, typeURL string) (*Set, error) {
 	m := full.ScopeForProxy(p.Namespace, p.Labels)
 	inboundFor := func(_ *model.Mesh, ip string) *inbound { return inboundFor(full, ip) }
 	switch {
-	case typeURL == resource.EndpointType:
-		return endpointSetFor(full, p)
 	case p.Generator == GRPC && typeURL == resource.ClusterType:
 		key := proxyKey{gen: GRPC, typeURL: typeURL, rules: m.DestinationRuleView(p.Namespace)}
 		return memoSet(m, key, false, func() (*Set, error) { return grpcClusterSet(m, p.Namespace) })

@@ -19,18 +19,44 @@ type streamMsg struct {
 	data []byte
 }
 
+// streamInfo looks a stream up and reads its info.
+func streamInfo(ctx context.Context, js jetstream.JetStream, name string) (jetstream.Stream, *jetstream.StreamInfo, error) {
+	s, err := js.Stream(ctx, name)
+	if err != nil {
+		return nil, nil, fmt.Errorf("stream %s: %w", name, err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("stream %s info: %w", name, err)
+	}
+	return s, info, nil
+}
+
+// lastMsg reads a stream's last message with one get request to the
+// stream (no consumer), or nil when the stream is empty.
+func lastMsg(ctx context.Context, js jetstream.JetStream, name string) (*streamMsg, error) {
+	s, info, err := streamInfo(ctx, js, name)
+	if err != nil {
+		return nil, err
+	}
+	if info.State.Msgs == 0 {
+		return nil, nil
+	}
+	m, err := s.GetMsg(ctx, info.State.LastSeq)
+	if err != nil {
+		return nil, fmt.Errorf("stream %s message %d: %w", name, info.State.LastSeq, err)
+	}
+	return &streamMsg{seq: m.Sequence, data: m.Data}, nil
+}
+
 // readStream reads every message of a stream, up to its last sequence at
 // the time of the call, with an ordered consumer.
 func readStream(ctx context.Context, js jetstream.JetStream, name string) ([]streamMsg, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	s, err := js.Stream(ctx, name)
+	s, info, err := streamInfo(ctx, js, name)
 	if err != nil {
-		return nil, fmt.Errorf("stream %s: %w", name, err)
-	}
-	info, err := s.Info(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("stream %s info: %w", name, err)
+		return nil, err
 	}
 	last := info.State.LastSeq
 	if info.State.Msgs == 0 {

@@ -384,18 +384,34 @@ func (s *system) waitPushed(ctx context.Context) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
+	// Each try reads only the last PushRequest, with a short bound: a
+	// stream read through a consumer could spend the whole wait on one
+	// try while the cluster settles after a node loss (seen: one read
+	// held 30 s after the node came back, although PUSHES held the
+	// request, as the matrix's final check found). A try that fails is
+	// retried, and the last failure is in the error.
+	var lastErr error
 	err = poll(ctx, 30*time.Second, 100*time.Millisecond, func() (bool, error) {
-		msgs, err := readStream(ctx, s.js, s.names.PushesStream())
-		if err != nil || len(msgs) == 0 {
+		tctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		m, err := lastMsg(tctx, s.js, s.names.PushesStream())
+		if err != nil {
+			lastErr = err
 			return false, nil
 		}
-		through, err := throughOf(msgs[len(msgs)-1])
+		if m == nil {
+			return false, nil
+		}
+		through, err := throughOf(*m)
 		if err != nil {
 			return false, err
 		}
 		return through >= last, nil
 	})
 	if err != nil {
+		if lastErr != nil {
+			err = fmt.Errorf("%w; last read: %v", err, lastErr)
+		}
 		return last, fmt.Errorf("PUSHES never reached change %d: %w", last, err)
 	}
 	return last, nil

@@ -43,19 +43,26 @@ func (r *response) onlyChanged(sent map[string]string) (*response, bool) {
 	return out, len(out.names) > 0
 }
 
+// versionsByName maps r's resource names to their versions (nil for a
+// nil r).
+func (r *response) versionsByName() map[string]string {
+	if r == nil {
+		return nil
+	}
+	m := make(map[string]string, len(r.names))
+	for i, n := range r.names {
+		m[n] = r.versions[i]
+	}
+	return m
+}
+
 // changedSince lists the resources of r that are new or changed since
 // prev (all of them when prev is nil).
 func (r *response) changedSince(prev *response) []string {
 	if prev == r {
 		return nil
 	}
-	var sent map[string]string
-	if prev != nil {
-		sent = make(map[string]string, len(prev.names))
-		for i, n := range prev.names {
-			sent[n] = prev.versions[i]
-		}
-	}
+	sent := prev.versionsByName()
 	var out []string
 	for i, n := range r.names {
 		if v, ok := sent[n]; !ok || v != r.versions[i] {

@@ -17,8 +17,10 @@ import (
 // codec therefore takes the names of a DiscoveryRequest from a table of
 // the names it has seen, checked once.
 
-// discoveryRequestNamesField is DiscoveryRequest.resource_names.
-const discoveryRequestNamesField protowire.Number = 3
+// discoveryRequestNamesField is DiscoveryRequest.resource_names, read from
+// the generated descriptor rather than written out again.
+var discoveryRequestNamesField = (&discovery.DiscoveryRequest{}).ProtoReflect().Descriptor().
+	Fields().ByName("resource_names").Number()
 
 // Bounds of the name table: a longer name is decoded as before, and the
 // table starts over when full, so a client sending ever new names costs

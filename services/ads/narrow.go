@@ -41,11 +41,7 @@ func (r *response) narrowFrom(prev *response) (*response, bool) {
 			}
 		}
 	}
-	sent := make(map[string]string, len(prev.names))
-	for i, n := range prev.names {
-		sent[n] = prev.versions[i]
-	}
-	out, any := r.onlyChanged(sent)
+	out, any := r.onlyChanged(prev.versionsByName())
 	// Keep it, newest first. A lost race keeps the other connection's
 	// narrowing instead: both are the same.
 	next := []narrowing{{from: prev.id, out: out, any: any}}

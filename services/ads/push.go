@@ -156,9 +156,8 @@ func (c *conn) clustersSent(names []string) {
 		if eds.known != nil {
 			delete(eds.known, n)
 		}
-		if _, had := eds.sentRes[n]; had {
-			delete(eds.sentRes, n)
-			eds.forgotten, eds.sentAs = true, nil
+		if eds.forgetSent(n) {
+			eds.forgotten = true
 		}
 	}
 }

@@ -92,16 +92,15 @@ func (c *conn) answerNames(w *watch, old []string) error {
 	if !incrementalSotW(w.typeURL) || w.sentRes == nil || w.wildcard {
 		return c.answer(w)
 	}
-	w.sentAs = nil // entries may be dropped below
 	for n := range w.sentRes {
 		if _, ok := slices.BinarySearch(w.names, n); !ok {
-			delete(w.sentRes, n)
+			w.forgetSent(n)
 		}
 	}
 	for _, n := range w.names {
 		if _, ok := slices.BinarySearch(old, n); !ok {
 			w.forgotten = true // added: not with the client, whatever sentRes says
-			delete(w.sentRes, n)
+			w.forgetSent(n)
 		}
 	}
 	if _, err := c.respond(c.s.meshes.Snapshot(), w, false, 0); err != nil {

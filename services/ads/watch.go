@@ -129,6 +129,19 @@ func (w *watch) setNamesByCopy(names []string) bool {
 	return changed
 }
 
+// forgetSent drops name from what the connection was sent (sentRes), and
+// with it the shared response sentRes held exactly (sentAs). It reports
+// whether name was there. Everything but a send that removes from sentRes
+// goes through here, so sentAs is never stale.
+func (w *watch) forgetSent(name string) bool {
+	if _, had := w.sentRes[name]; !had {
+		return false
+	}
+	delete(w.sentRes, name)
+	w.sentAs = nil
+	return true
+}
+
 // sameNamesMax bounds the names sameNames checks without allocating.
 const sameNamesMax = 4096
 

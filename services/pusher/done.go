@@ -78,7 +78,7 @@ func (p *Pusher) applyDoneLocked(d *pb.PushDone) *inflight {
 	default:
 		p.log.Warn("push failed on frontend", "conn", f.conn, "frontend", d.GetFrontend(), "err", d.GetError())
 		if c != nil {
-			p.lostLocked(f.conn, c, "failed")
+			p.lostLocked(f.conn, c, LostFailed)
 		}
 	}
 	return f

@@ -124,3 +124,16 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		m.connections, m.frontends, m.badMessages, m.pushRequests, m.latestSeq)
 	return m
 }
+
+// Reasons a push order is lost: the reason label of
+// pilotwire_pusher_lost_pushes_total.
+const (
+	LostTimeout             = "timeout"              // no done within the push timeout
+	LostSend                = "send"                 // the order batch could not be sent
+	LostFailed              = "failed"               // the frontend reported the push failed
+	LostFrontendReconnected = "frontend_reconnected" // the frontend's NATS connection came back
+	LostPusherReconnected   = "pusher_reconnected"   // the pusher's own NATS connection came back
+)
+
+// LostReasons lists every reason, in the order reports show them.
+var LostReasons = []string{LostTimeout, LostSend, LostFailed, LostFrontendReconnected, LostPusherReconnected}

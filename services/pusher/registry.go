@@ -162,7 +162,7 @@ func (p *Pusher) applyEntry(e jetstream.KeyValueEntry) {
 // nothing new. It returns the ended orders, whose throttle slots the
 // caller frees.
 func (p *Pusher) reconnectedLocked(fe string) []*inflight {
-	lost := p.loseInFlightLocked(fe, "frontend_reconnected")
+	lost := p.loseInFlightLocked(fe, LostFrontendReconnected)
 	if len(lost) > 0 {
 		p.log.Info("frontend reconnected to NATS: resyncing its orders in flight", "frontend", fe, "orders", len(lost))
 	}
@@ -176,7 +176,7 @@ func (p *Pusher) reconnectedLocked(fe string) []*inflight {
 // that did arrive costs a repeated order.
 func (p *Pusher) reconnected() {
 	p.mu.Lock()
-	lost := p.loseInFlightLocked("", "pusher_reconnected")
+	lost := p.loseInFlightLocked("", LostPusherReconnected)
 	p.mu.Unlock()
 	if len(lost) > 0 {
 		p.log.Info("NATS connection re-established: resyncing every order in flight", "orders", len(lost))

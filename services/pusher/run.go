@@ -473,7 +473,7 @@ func (p *Pusher) send(subject string, batch *pb.PushOrderBatch) {
 		p.endLocked(o.GetPushId(), f)
 		lost = append(lost, f)
 		if c := p.conns[f.conn]; c != nil {
-			p.lostLocked(f.conn, c, "send")
+			p.lostLocked(f.conn, c, LostSend)
 		}
 	}
 	p.mu.Unlock()

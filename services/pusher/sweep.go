@@ -288,7 +288,7 @@ func (p *Pusher) expireOrders(now time.Time) {
 		timedOut = append(timedOut, f)
 		p.m.doneTimeouts.Inc()
 		if c := p.conns[f.conn]; c != nil {
-			p.lostLocked(f.conn, c, "timeout")
+			p.lostLocked(f.conn, c, LostTimeout)
 		}
 	}
 	p.mu.Unlock()

@@ -17,6 +17,7 @@ import (
 	"github.com/pilotwire/pilotwire/bench/internal/yamldir"
 	"github.com/pilotwire/pilotwire/pkg/bus"
 	"github.com/pilotwire/pilotwire/pkg/xdsgen"
+	"github.com/pilotwire/pilotwire/services/pusher"
 )
 
 // Options configure a run of the matrix.
@@ -87,9 +88,6 @@ type Row struct {
 	Note   string
 	Err    string
 }
-
-// lostReasons are the reason labels of pilotwire_pusher_lost_pushes_total.
-var lostReasons = []string{"timeout", "send", "failed", "frontend_reconnected", "pusher_reconnected"}
 
 func lostSeries(reason string) string {
 	return `pilotwire_pusher_lost_pushes_total{reason="` + reason + `"}`
@@ -200,7 +198,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	spans := make([]span, len(faults))
 	fe := newCounters(`pilotwire_ads_push_orders_not_newer_total{kind="older"}`, `pilotwire_ads_push_orders_not_newer_total{kind="repeated"}`, `pilotwire_ads_push_orders_total{result="FENCED"}`)
 	svcNames := []string{"pilotwire_debounce_fenced_total", "pilotwire_pusher_lost_pushes_total"}
-	for _, r := range lostReasons {
+	for _, r := range pusher.LostReasons {
 		svcNames = append(svcNames, lostSeries(r))
 	}
 	svc := newCounters(svcNames...)
@@ -257,7 +255,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		row.Fenced = fe1[fe.names[2]] - fe0[fe.names[2]]
 		row.DebounceFenced = svc1[svc.names[0]] - svc0[svc.names[0]]
 		row.LostPushes = svc1[svc.names[1]] - svc0[svc.names[1]]
-		for _, r := range lostReasons {
+		for _, r := range pusher.LostReasons {
 			if d := svc1[lostSeries(r)] - svc0[lostSeries(r)]; d > 0 {
 				if row.LostBy == nil {
 					row.LostBy = make(map[string]float64)

@@ -5,6 +5,8 @@ import (
 	"io"
 	"strings"
 	"time"
+
+	"github.com/pilotwire/pilotwire/services/pusher"
 )
 
 // WriteTable writes the figures per fault as a Markdown table.
@@ -46,7 +48,7 @@ func WriteTable(w io.Writer, r *Result) {
 // frontend_reconnected 3)", so that a reader sees which path lost them.
 func lostPushes(row Row) string {
 	var by []string
-	for _, r := range lostReasons {
+	for _, r := range pusher.LostReasons {
 		if n := row.LostBy[r]; n > 0 {
 			by = append(by, fmt.Sprintf("%s %g", r, n))
 		}

@@ -40,6 +40,9 @@ type poolCodec struct {
 func (poolCodec) Name() string { return "proto" }
 
 func (c poolCodec) Marshal(v any) (mem.BufferSlice, error) {
+	if sr, ok := v.(*sotwResponse); ok {
+		return sr.marshal(c.pool), nil
+	}
 	m, ok := v.(proto.Message)
 	if !ok {
 		return nil, fmt.Errorf("marshal: %T is not a protobuf message", v)

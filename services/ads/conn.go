@@ -26,7 +26,9 @@ import (
 // in, responses out. The gRPC server stream is one; the script tests drive
 // the connection through a fake with no gRPC.
 type sotwStream interface {
-	Send(*discovery.DiscoveryResponse) error
+	// SendMsg sends a *sotwResponse, which the server's codec encodes
+	// (encoded.go).
+	SendMsg(any) error
 	Recv() (*discovery.DiscoveryRequest, error)
 }
 

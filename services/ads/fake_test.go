@@ -8,6 +8,8 @@ import (
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/pilotwire/pilotwire/pkg/model"
 	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
@@ -22,12 +24,34 @@ type fakeSotW struct {
 	recvErr error // returned by Recv; io.EOF when unset
 }
 
-func (f *fakeSotW) Send(r *discovery.DiscoveryResponse) error {
+// SendMsg takes what the connection sends through the server's codec, as
+// the gRPC stream does, and keeps the DiscoveryResponse a client decodes.
+func (f *fakeSotW) SendMsg(m any) error {
 	if f.sendErr != nil {
 		return f.sendErr
 	}
+	r, err := throughCodec(m)
+	if err != nil {
+		return err
+	}
 	f.sent = append(f.sent, r)
 	return nil
+}
+
+// throughCodec encodes m with the server's codec and decodes the bytes as a
+// client would.
+func throughCodec(m any) (*discovery.DiscoveryResponse, error) {
+	codec := poolCodec{pool: mem.DefaultBufferPool()}
+	data, err := codec.Marshal(m)
+	if err != nil {
+		return nil, err
+	}
+	defer data.Free()
+	out := &discovery.DiscoveryResponse{}
+	if err := proto.Unmarshal(data.Materialize(), out); err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 func (f *fakeSotW) Recv() (*discovery.DiscoveryRequest, error) {

@@ -25,6 +25,11 @@ type response struct {
 	id uint64
 	// narrowed: this response narrowed against older ones (narrow.go)
 	narrowed atomic.Pointer[[]narrowing]
+	// shared: many connections may be sent this response (a selected
+	// one, or a narrowing of one), so its encoded resources are kept in
+	// encoded (encoded.go)
+	shared  bool
+	encoded atomic.Pointer[encodedResources]
 }
 
 // onlyChanged narrows r to the resources whose version differs from sent
@@ -113,7 +118,7 @@ func selectResponse(set *xdsgen.Set, w *watch) *response {
 	} else {
 		rs, version = set.Select(w.names)
 	}
-	r := &response{version: version, resources: make([]*anypb.Any, len(rs)), names: make([]string, len(rs)), versions: make([]string, len(rs)), id: responseIDs.Add(1)}
+	r := &response{version: version, resources: make([]*anypb.Any, len(rs)), names: make([]string, len(rs)), versions: make([]string, len(rs)), id: responseIDs.Add(1), shared: true}
 	for i, x := range rs {
 		r.resources[i] = x.Any
 		r.names[i] = x.Name

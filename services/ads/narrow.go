@@ -42,6 +42,7 @@ func (r *response) narrowFrom(prev *response) (*response, bool) {
 		}
 	}
 	out, any := r.onlyChanged(prev.versionsByName())
+	out.shared = true
 	// Keep it, newest first. A lost race keeps the other connection's
 	// narrowing instead: both are the same.
 	next := []narrowing{{from: prev.id, out: out, any: any}}

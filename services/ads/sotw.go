@@ -144,14 +144,9 @@ func (c *conn) respond(mesh *model.Mesh, w *watch, force bool, pushID uint64) (b
 	}
 	c.nonceSeq++
 	nonce := c.id + "-" + strconv.FormatUint(c.nonceSeq, 36)
-	resp := &discovery.DiscoveryResponse{
-		VersionInfo: r.version,
-		Resources:   r.resources,
-		TypeUrl:     w.typeURL,
-		Nonce:       nonce,
-	}
+	resp := &sotwResponse{version: r.version, typeURL: w.typeURL, nonce: nonce, r: r}
 	sendStart := time.Now()
-	err = c.sendTimed(func() error { return c.sotw.Send(resp) })
+	err = c.sendTimed(func() error { return c.sotw.SendMsg(resp) })
 	c.s.metrics.sendTime.Observe(time.Since(sendStart).Seconds())
 	c.s.metrics.configSize.WithLabelValues(shortType(w.typeURL)).Observe(float64(r.bytes))
 	if err != nil {

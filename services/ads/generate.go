@@ -27,9 +27,11 @@ type response struct {
 	narrowed atomic.Pointer[[]narrowing]
 	// shared: many connections may be sent this response (a selected
 	// one, or a narrowing of one), so its encoded resources are kept in
-	// encoded (encoded.go)
+	// encoded (encoded.go) and its encoded names in encodedNames
 	shared  bool
 	encoded atomic.Pointer[encodedResources]
+	// encodedNames: the names as a delivery record's (record.go)
+	encodedNames atomic.Pointer[encodedResources]
 }
 
 // onlyChanged narrows r to the resources whose version differs from sent

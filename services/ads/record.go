@@ -5,6 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -37,11 +38,13 @@ type recorder struct {
 	// mu orders the batches: a batch is published while it is held, so
 	// the stream stores each connection's records in the order its loop
 	// recorded them.
-	mu     sync.Mutex
-	buf    []byte // a DeliveryBatch in wire form, records appended as they come
-	n      int    // records in buf
-	armed  bool   // a flush is due within delay
-	closed bool
+	mu  sync.Mutex
+	buf []byte // a DeliveryBatch in wire form, records appended as they come
+	// lastLen: the length of the last batch published
+	lastLen int
+	n       int  // records in buf
+	armed   bool // a flush is due within delay
+	closed  bool
 }
 
 // recordMaxPending bounds the delivery batches awaiting their acks: three
@@ -69,45 +72,126 @@ func newRecorder(js jetstream.JetStream, names bus.Names, frontend string, log *
 }
 
 func (s *Server) record(c *conn, kind pb.DeliveryRecord_Kind, typeURL, version, nonce string, names []string, pushID uint64, errText string) {
-	r := s.recorder
-	if r == nil {
+	if s.recorder == nil {
 		return
 	}
+	s.recordWith(c, kind, typeURL, version, nonce, names, nil, pushID, errText)
+}
+
+// recordResponse records the send of r: a shared response's names are
+// encoded once for every connection it is sent to (response.namesWire).
+func (s *Server) recordResponse(c *conn, typeURL string, r *response, nonce string, pushID uint64) {
+	if s.recorder == nil {
+		return
+	}
+	var wire []byte
+	if r.shared {
+		wire = r.namesWire()
+	}
+	s.recordWith(c, pb.DeliveryRecord_RESPONSE, typeURL, r.version, nonce, r.names, wire, pushID, "")
+}
+
+// recordWith records one exchange. The record is marshalled without its
+// resource names, which follow it in the batch already encoded (namesWire
+// when given, else encoded here): protobuf concatenates a message's
+// fields, so the batch holds the record proto.Marshal would have written,
+// with its names last.
+func (s *Server) recordWith(c *conn, kind pb.DeliveryRecord_Kind, typeURL, version, nonce string, names []string, namesWire []byte, pushID uint64, errText string) {
+	r := s.recorder
 	rec := &pb.DeliveryRecord{
-		Kind:          kind,
-		Frontend:      s.id,
-		ConnId:        c.id,
-		NodeId:        c.proxy.ID,
-		TypeUrl:       typeURL,
-		Version:       version,
-		Nonce:         nonce,
-		ResourceNames: names,
-		ThroughSeq:    c.watches[typeURL].genSeq,
-		PushId:        pushID,
-		Error:         errText,
-		At:            timestamppb.Now(),
+		Kind:       kind,
+		Frontend:   s.id,
+		ConnId:     c.id,
+		NodeId:     c.proxy.ID,
+		TypeUrl:    typeURL,
+		Version:    version,
+		Nonce:      nonce,
+		ThroughSeq: c.watches[typeURL].genSeq,
+		PushId:     pushID,
+		Error:      errText,
+		At:         timestamppb.Now(),
+	}
+	if namesWire == nil && len(names) > 0 {
+		var ok bool
+		if namesWire, ok = appendNames(nil, names); !ok {
+			rec.ResourceNames = names // proto.Marshal says what is wrong
+		}
 	}
 	b, err := proto.Marshal(rec)
 	if err != nil {
 		r.log.Error("marshal delivery record", "err", err)
 		return
 	}
-	r.add(b)
+	if rec.ResourceNames != nil {
+		namesWire = nil
+	}
+	r.add(b, namesWire)
 }
 
-// add appends one marshalled record to the batch being filled.
-func (r *recorder) add(rec []byte) {
-	size := protowire.SizeTag(1) + protowire.SizeBytes(len(rec))
+// recordNamesField is DeliveryRecord's resource_names field number.
+var recordNamesField = (&pb.DeliveryRecord{}).ProtoReflect().Descriptor().Fields().ByName("resource_names").Number()
+
+// appendNames appends names as DeliveryRecord's resource_names field. It
+// reports false, leaving b as it was, if a name is not valid UTF-8 (which
+// proto.Marshal refuses).
+func appendNames(b []byte, names []string) ([]byte, bool) {
+	n := len(b)
+	for _, name := range names {
+		if !utf8.ValidString(name) {
+			return b[:n], false
+		}
+		b = protowire.AppendTag(b, recordNamesField, protowire.BytesType)
+		b = protowire.AppendString(b, name)
+	}
+	return b, true
+}
+
+// namesWire returns r's names encoded as a DeliveryRecord's
+// resource_names, kept on the shared response r for every connection it
+// is sent to; nil when they cannot be encoded (the record is then
+// marshalled with them, as proto.Marshal decides).
+func (r *response) namesWire() []byte {
+	if e := r.encodedNames.Load(); e != nil {
+		return e.b
+	}
+	b, ok := appendNames(make([]byte, 0, namesSize(r.names)), r.names)
+	if !ok {
+		return nil
+	}
+	e := &encodedResources{b: b}
+	if !r.encodedNames.CompareAndSwap(nil, e) {
+		e = r.encodedNames.Load()
+	}
+	return e.b
+}
+
+// namesSize is the encoded size of names as resource_names.
+func namesSize(names []string) int {
+	n := 0
+	for _, name := range names {
+		n += protowire.SizeTag(recordNamesField) + protowire.SizeBytes(len(name))
+	}
+	return n
+}
+
+// add appends one record, marshalled in two parts, to the batch being
+// filled.
+func (r *recorder) add(rec, names []byte) {
+	size := protowire.SizeTag(1) + protowire.SizeBytes(len(rec)+len(names))
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.n > 0 && len(r.buf)+size > r.maxBytes {
 		r.publishLocked()
 	}
 	if r.buf == nil {
-		r.buf = make([]byte, 0, max(size, 4<<10))
+		// As large as the last batch (a burst fills batch after batch),
+		// so appending does not grow it step by step.
+		r.buf = make([]byte, 0, max(size, min(r.lastLen, r.maxBytes), 4<<10))
 	}
 	r.buf = protowire.AppendTag(r.buf, 1, protowire.BytesType)
-	r.buf = protowire.AppendBytes(r.buf, rec)
+	r.buf = protowire.AppendVarint(r.buf, uint64(len(rec)+len(names)))
+	r.buf = append(r.buf, rec...)
+	r.buf = append(r.buf, names...)
 	r.n++
 	switch {
 	case r.closed || len(r.buf) >= r.maxBytes:
@@ -157,7 +241,7 @@ func (r *recorder) publishLocked() {
 	}
 	buf, n := r.buf, r.n
 	// The publish keeps buf until the stream acknowledges it.
-	r.buf, r.n = nil, 0
+	r.buf, r.n, r.lastLen = nil, 0, len(buf)
 	if r.js.PublishAsyncPending() >= r.maxPending {
 		r.drop("too many delivery batches awaiting their acks", nil, n)
 		return

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/pilotwire/pilotwire/internal/testkit/natstest"
 	"github.com/pilotwire/pilotwire/internal/testkit/testutil"
@@ -109,36 +110,15 @@ func TestRecordsKeptInABurst(t *testing.T) {
 		t.Errorf("pilotwire_ads_delivery_records_dropped_total = %v, want 0", got)
 	}
 	// Every record is in the stream, each connection's in order.
-	stream, err := js.Stream(ctx, names.DeliveriesStream())
-	if err != nil {
-		t.Fatal(err)
-	}
-	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := stream.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	recs, _ := storedRecords(t, js, names)
 	next := map[string]uint64{}
 	total := 0
-	for range info.State.Msgs {
-		msg, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
-		if err != nil {
-			t.Fatal(err)
+	for _, rec := range recs {
+		if rec.GetPushId() != next[rec.GetConnId()] {
+			t.Fatalf("%s: record of push %d after %d", rec.GetConnId(), rec.GetPushId(), next[rec.GetConnId()])
 		}
-		recs, err := bus.DecodeDeliveries(names, msg.Subject(), msg.Data())
-		if err != nil {
-			t.Fatalf("record on %s: %v", msg.Subject(), err)
-		}
-		for _, rec := range recs {
-			if rec.GetPushId() != next[rec.GetConnId()] {
-				t.Fatalf("%s: record of push %d after %d", rec.GetConnId(), rec.GetPushId(), next[rec.GetConnId()])
-			}
-			next[rec.GetConnId()]++
-			total++
-		}
+		next[rec.GetConnId()]++
+		total++
 	}
 	if want := loops * connsPerLoop * perConn; total != want {
 		t.Errorf("the stream holds %d records, want %d", total, want)
@@ -198,33 +178,137 @@ func TestRecordBatchPublishedAfterItsDelay(t *testing.T) {
 
 // BenchmarkRecord: delivery records into a DELIVERIES stream on an
 // embedded NATS server (its CPU is this process's), waiting for the
-// stream's acks every 1,000 records so none is dropped.
+// stream's acks every 1,000 records so none is dropped. names=100 is the
+// record of an initial sync's load assignments: a response of 100 names,
+// shared by the fleet.
 func BenchmarkRecord(b *testing.B) {
-	url := natstest.Start(b)
-	_, js := natstest.Connect(b, url)
-	names := bus.Names{Prefix: "pw"}
-	if _, err := bus.EnsureStream(b.Context(), js, names.DeliveriesConfig(bus.StreamOptions{})); err != nil {
-		b.Fatal(err)
-	}
-	reg := prometheus.NewRegistry()
-	r := newRecorder(js, names, "fe", slog.New(slog.DiscardHandler), newMetrics(reg))
-	s := &Server{id: "fe", recorder: r}
-	c := &conn{id: "fe-mx5ddmeb-1", proxy: &proxy{ID: "sidecar~10.244.1.5~web-0.shop~shop.svc.cluster.local"}, watches: map[string]*watch{resource.EndpointType: {}}}
-	names1 := []string{"outbound|80||echo.default.svc.cluster.local"}
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := range b.N {
-		if i%1000 == 999 {
+	for _, n := range []int{1, 100} {
+		b.Run(fmt.Sprintf("names=%d", n), func(b *testing.B) {
+			url := natstest.Start(b)
+			_, js := natstest.Connect(b, url)
+			names := bus.Names{Prefix: "pw"}
+			if _, err := bus.EnsureStream(b.Context(), js, names.DeliveriesConfig(bus.StreamOptions{})); err != nil {
+				b.Fatal(err)
+			}
+			reg := prometheus.NewRegistry()
+			r := newRecorder(js, names, "fe", slog.New(slog.DiscardHandler), newMetrics(reg))
+			s := &Server{id: "fe", recorder: r}
+			c := &conn{id: "fe-mx5ddmeb-1", proxy: &proxy{ID: "sidecar~10.244.1.5~web-0.shop~shop.svc.cluster.local"}, watches: map[string]*watch{resource.EndpointType: {}}}
+			resp := &response{version: "9da3e7ff2da4bf738dda33b06a6e8195", shared: true}
+			for i := range n {
+				resp.names = append(resp.names, fmt.Sprintf("outbound|80||echo-%03d.default.svc.cluster.local", i))
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := range b.N {
+				if i%1000 == 999 {
+					r.flush()
+					<-js.PublishAsyncComplete()
+				}
+				s.recordResponse(c, resource.EndpointType, resp, "fe-mx5ddmeb-1-5", uint64(i))
+			}
 			r.flush()
 			<-js.PublishAsyncComplete()
-		}
-		s.record(c, pb.DeliveryRecord_RESPONSE, resource.EndpointType, "9da3e7ff2da4bf738dda33b06a6e8195", "fe-mx5ddmeb-1-5", names1, uint64(i), "")
+			b.StopTimer()
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "records/s")
+			if d := testutil.Metric(reg, "pilotwire_ads_delivery_records_dropped_total"); d != 0 {
+				b.Fatalf("%v records dropped", d)
+			}
+		})
 	}
+}
+
+// TestRecordNamesAsMarshalled: a record's resource names are written apart
+// from the rest (encoded once per shared response), and what the stream
+// holds decodes to the record itself: every name, in order, for a shared
+// response, a connection's own, none, and many over several batches. A
+// record with a name that is not UTF-8 is refused as proto.Marshal
+// refuses it, and counted nowhere in the stream.
+func TestRecordNamesAsMarshalled(t *testing.T) {
+	url := natstest.Start(t)
+	_, js := natstest.Connect(t, url)
+	names := bus.Names{Prefix: "pw"}
+	ctx := t.Context()
+	if _, err := bus.EnsureStream(ctx, js, names.DeliveriesConfig(bus.StreamOptions{})); err != nil {
+		t.Fatal(err)
+	}
+	r := newRecorder(js, names, "fe", slog.New(slog.DiscardHandler), newMetrics(prometheus.NewRegistry()))
+	s := &Server{id: "fe", recorder: r}
+	c := &conn{id: "c1", proxy: &proxy{ID: "sidecar~10.0.0.1~a.ns~ns.svc.cluster.local"}, watches: map[string]*watch{resource.EndpointType: {genSeq: 42}}}
+	many := make([]string, 100)
+	for i := range many {
+		many[i] = fmt.Sprintf("outbound|80||svc-%03d.ns.svc.cluster.local", i)
+	}
+	shared := &response{version: "v1", names: many, shared: true}
+	own := &response{version: "v2", names: []string{"outbound|80||a.ns.svc.cluster.local", "ünïcode"}}
+	var want []*pb.DeliveryRecord
+	for i := range 200 {
+		var rr *response
+		switch i % 4 {
+		case 0, 1:
+			rr = shared
+		case 2:
+			rr = own
+		case 3:
+			rr = &response{version: "v3"}
+		}
+		s.recordResponse(c, resource.EndpointType, rr, fmt.Sprint("n", i), uint64(i))
+		want = append(want, &pb.DeliveryRecord{Kind: pb.DeliveryRecord_RESPONSE, Frontend: "fe", ConnId: "c1", NodeId: c.proxy.ID,
+			TypeUrl: resource.EndpointType, Version: rr.version, Nonce: fmt.Sprint("n", i), ResourceNames: rr.names, ThroughSeq: 42, PushId: uint64(i)})
+	}
+	s.record(c, pb.DeliveryRecord_RESPONSE, resource.EndpointType, "bad", "nbad", []string{"ok", "\xff"}, 999, "")
+	s.record(c, pb.DeliveryRecord_ACK, resource.EndpointType, "v1", "n0", nil, 0, "")
+	want = append(want, &pb.DeliveryRecord{Kind: pb.DeliveryRecord_ACK, Frontend: "fe", ConnId: "c1", NodeId: c.proxy.ID,
+		TypeUrl: resource.EndpointType, Version: "v1", Nonce: "n0", ThroughSeq: 42})
 	r.flush()
 	<-js.PublishAsyncComplete()
-	b.StopTimer()
-	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "records/s")
-	if d := testutil.Metric(reg, "pilotwire_ads_delivery_records_dropped_total"); d != 0 {
-		b.Fatalf("%v records dropped", d)
+
+	got, batches := storedRecords(t, js, names)
+	if batches < 2 {
+		t.Fatalf("%d batches, want the records over several", batches)
 	}
+	if len(got) != len(want) {
+		t.Fatalf("the stream holds %d records, want %d", len(got), len(want))
+	}
+	for i, g := range got {
+		if g.GetAt() == nil {
+			t.Errorf("record %d has no time", i)
+		}
+		g.At = nil
+		if !proto.Equal(g, want[i]) {
+			t.Fatalf("record %d = %v, want %v", i, g, want[i])
+		}
+	}
+}
+
+// storedRecords reads every delivery record the DELIVERIES stream holds,
+// in stream order, and the number of batches they came in.
+func storedRecords(t *testing.T, js jetstream.JetStream, names bus.Names) ([]*pb.DeliveryRecord, uint64) {
+	t.Helper()
+	ctx := t.Context()
+	stream, err := js.Stream(ctx, names.DeliveriesStream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := stream.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []*pb.DeliveryRecord
+	for range info.State.Msgs {
+		msg, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs, err := bus.DecodeDeliveries(names, msg.Subject(), msg.Data())
+		if err != nil {
+			t.Fatalf("record on %s: %v", msg.Subject(), err)
+		}
+		out = append(out, recs...)
+	}
+	return out, info.State.Msgs
 }

@@ -10,7 +10,6 @@ import (
 	resource "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 
 	"github.com/pilotwire/pilotwire/pkg/model"
-	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
 )
 
 // handleRequest applies one state-of-the-world request. Only a protocol
@@ -181,7 +180,7 @@ func (c *conn) respond(mesh *model.Mesh, w *watch, force bool, pushID uint64) (b
 	c.clustersSent(changedClusters)
 	c.s.metrics.pushes.WithLabelValues(shortType(w.typeURL)).Inc()
 	c.s.metrics.responseBytes.WithLabelValues(shortType(w.typeURL)).Add(float64(r.bytes))
-	c.s.record(c, pb.DeliveryRecord_RESPONSE, w.typeURL, r.version, nonce, r.names, pushID, "")
+	c.s.recordResponse(c, w.typeURL, r, nonce, pushID)
 	c.log.Debug("sent", "type", shortType(w.typeURL), "version", r.version, "resources", len(r.resources), "seq", mesh.Seq)
 	return true, nil
 }

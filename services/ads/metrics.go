@@ -24,6 +24,7 @@ type metrics struct {
 	ordersDropped    prometheus.Counter
 	responseBytes    *prometheus.CounterVec
 	registryErrors   prometheus.Counter
+	registryWrites   prometheus.Counter
 	deliveryDrops    prometheus.Counter
 	admitRejects     prometheus.Counter
 	admitWaiting     prometheus.Gauge
@@ -97,6 +98,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		registryErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "pilotwire_ads_registry_errors_total", Help: "Failed writes to the connection registry.",
 		}),
+		registryWrites: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pilotwire_ads_registry_writes_total", Help: "Connection entries written to (or removed from) the connection registry.",
+		}),
 		deliveryDrops: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "pilotwire_ads_delivery_records_dropped_total", Help: "Delivery records not recorded because the publish queue was full or failed.",
 		}),
@@ -151,7 +155,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		Name: "pilotwire_xds_marshals_total", Help: "xDS resources marshalled (once per resource version, shared by every proxy).",
 	}, func() float64 { return float64(xdsgen.Marshals()) })
 	reg.MustRegister(marshals, m.routers, m.connections, m.pushes, m.rejects, m.expiredNonce, m.sendErrors, m.badRequests, m.shed,
-		m.badRecords, m.appliedSeq, m.snapshotSeq, m.snapshotUnusable, m.orders, m.orderSeqs, m.ordersDropped, m.responseBytes, m.registryErrors,
+		m.badRecords, m.appliedSeq, m.snapshotSeq, m.snapshotUnusable, m.orders, m.orderSeqs, m.ordersDropped, m.responseBytes, m.registryErrors, m.registryWrites,
 		m.deliveryDrops, m.admitRejects, m.admitWaiting, m.admitWait, m.convergence, m.pushTime, m.sendTime, m.configSize, m.deferred, m.reregistrations, m.doneErrors, m.doneMessages, m.generateErrors)
 	return m
 }

@@ -248,6 +248,7 @@ func (r *registry) write(id string, ci *pb.ConnectionInfo) registryWrite {
 	} else if msg.Data, w.err = proto.Marshal(ci); w.err != nil {
 		return w
 	}
+	r.metrics.registryWrites.Inc()
 	w.ack, w.err = r.js.PublishMsgAsync(msg, opts...)
 	return w
 }

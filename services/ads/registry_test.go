@@ -236,6 +236,9 @@ func TestRegistryFlushWritesKVOperations(t *testing.T) {
 	if got := testutil.Metric(reg, "pilotwire_ads_registry_errors_total"); got != 0 {
 		t.Errorf("pilotwire_ads_registry_errors_total = %v, want 0", got)
 	}
+	if got := testutil.Metric(reg, "pilotwire_ads_registry_writes_total"); got != conns+1 {
+		t.Errorf("pilotwire_ads_registry_writes_total = %v, want %d entries and a removal", got, conns+1)
+	}
 }
 
 // TestRegistryFlushKeepsFailedWrites: writes the stream does not take are

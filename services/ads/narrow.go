@@ -19,9 +19,10 @@ var responseIDs atomic.Uint64
 // narrowing is a response narrowed to what changed since the response
 // with id from.
 type narrowing struct {
-	from uint64
-	out  *response
-	any  bool
+	from    uint64
+	out     *response
+	any     bool
+	covered bool // every name of the older response is in the newer
 }
 
 // maxNarrowings bounds the narrowings a response keeps: one per older
@@ -30,25 +31,34 @@ type narrowing struct {
 const maxNarrowings = 4
 
 // narrowFrom is r.onlyChanged(sent) for a connection whose sent map holds
-// exactly prev's names and versions. It is computed once per pair and
-// shared; the result is read-only like r.
-func (r *response) narrowFrom(prev *response) (*response, bool) {
+// exactly prev's names and versions, and whether all of prev's names are
+// in r (the connection then holds exactly r once sent the narrowing). It
+// is computed once per pair and shared; the result is read-only like r.
+func (r *response) narrowFrom(prev *response) (out *response, any, covered bool) {
 	kept := r.narrowed.Load()
 	if kept != nil {
 		for _, n := range *kept {
 			if n.from == prev.id {
-				return n.out, n.any
+				return n.out, n.any, n.covered
 			}
 		}
 	}
-	out, any := r.onlyChanged(prev.versionsByName())
+	sent := prev.versionsByName()
+	out, any = r.onlyChanged(sent)
 	out.shared = true
+	in := 0
+	for _, n := range r.names {
+		if _, ok := sent[n]; ok {
+			in++
+		}
+	}
+	covered = in == len(sent)
 	// Keep it, newest first. A lost race keeps the other connection's
 	// narrowing instead: both are the same.
-	next := []narrowing{{from: prev.id, out: out, any: any}}
+	next := []narrowing{{from: prev.id, out: out, any: any, covered: covered}}
 	if kept != nil {
 		next = append(next, (*kept)[:min(len(*kept), maxNarrowings-1)]...)
 	}
 	r.narrowed.CompareAndSwap(kept, &next)
-	return out, any
+	return out, any, covered
 }

@@ -88,10 +88,10 @@ func (c *conn) handleRequest(req *discovery.DiscoveryRequest) error {
 // their whole set.
 func (c *conn) answerNames(w *watch, old []string) error {
 	w.awaiting, w.deferred = false, false // the answer below is the latest state
-	if !incrementalSotW(w.typeURL) || w.sentRes == nil || w.wildcard {
+	if !incrementalSotW(w.typeURL) || !w.hasSent() || w.wildcard {
 		return c.answer(w)
 	}
-	for n := range w.sentRes {
+	for n := range w.sentMap() {
 		if _, ok := slices.BinarySearch(w.names, n); !ok {
 			w.forgetSent(n)
 		}
@@ -125,21 +125,15 @@ func (c *conn) respond(mesh *model.Mesh, w *watch, force bool, pushID uint64) (b
 		return false, nil
 	}
 	r := full
-	if !force && incrementalSotW(w.typeURL) && w.sentRes != nil {
-		var changed *response
+	covered := false // narrowed from sentAs, whose names full all has
+	if !force && incrementalSotW(w.typeURL) && w.hasSent() {
 		var any bool
-		if w.sentAs != nil {
-			changed, any = full.narrowFrom(w.sentAs)
-		} else {
-			changed, any = full.onlyChanged(w.sentRes)
-		}
-		if !any {
+		if r, any, covered = w.narrow(full); !any {
 			// Only removals: the client keeps what it has, which is
 			// harmless; remember the new state (nothing was sent).
 			w.genVersion = full.version
 			return false, nil
 		}
-		r = changed
 	}
 	c.nonceSeq++
 	nonce := c.id + "-" + strconv.FormatUint(c.nonceSeq, 36)
@@ -163,18 +157,10 @@ func (c *conn) respond(mesh *model.Mesh, w *watch, force bool, pushID uint64) (b
 		w.sentCDS = r
 	}
 	if incrementalSotW(w.typeURL) {
-		if r == full || w.sentRes == nil {
-			w.sentRes = make(map[string]string, len(full.names))
-		}
-		for i, n := range r.names {
-			w.sentRes[n] = r.versions[i]
-		}
-		// sentRes now holds every resource of full at full's version (what
-		// the narrowing left out was there already): exactly full's when
-		// it holds nothing more.
-		w.sentAs = nil
-		if full.id != 0 && len(w.sentRes) == len(full.names) {
-			w.sentAs = full
+		if r == full || !w.hasSent() {
+			w.sentWhole(full)
+		} else {
+			w.sentNarrowed(full, r, covered)
 		}
 	}
 	c.clustersSent(changedClusters)

@@ -54,11 +54,13 @@ type watch struct {
 	genVersion string
 	genSeq     uint64 // model sequence of the last generation, sent or not
 	// state of the world EDS/RDS: version of each resource last sent, to
-	// push only what changed
+	// push only what changed (sentMap); nil while sentAs says it
 	sentRes map[string]string
-	// sentAs: the shared response whose names and versions sentRes holds
-	// exactly, or nil (entries were dropped, or removed resources are
-	// kept); a push then narrows by the two responses (narrow.go)
+	// sentAs: the shared response whose names and versions the connection
+	// holds exactly, or nil (entries were dropped, or removed resources
+	// are kept); a push then narrows by the two responses (narrow.go).
+	// Alike connections in sync thus keep no map of their own: sentRes is
+	// made from sentAs only when one is needed, and then equals it.
 	sentAs *response
 	// state of the world CDS: the last response sent (always the whole
 	// set, shared with the connections sent the same), to tell which
@@ -134,12 +136,70 @@ func (w *watch) setNamesByCopy(names []string) bool {
 // whether name was there. Everything but a send that removes from sentRes
 // goes through here, so sentAs is never stale.
 func (w *watch) forgetSent(name string) bool {
-	if _, had := w.sentRes[name]; !had {
+	sent := w.sentMap()
+	if _, had := sent[name]; !had {
 		return false
 	}
-	delete(w.sentRes, name)
+	delete(sent, name)
 	w.sentAs = nil
 	return true
+}
+
+// hasSent reports whether the connection holds resources of the type
+// that were sent to it (EDS and RDS in state of the world).
+func (w *watch) hasSent() bool { return w.sentRes != nil || w.sentAs != nil }
+
+// sentMap returns sentRes, made from sentAs first when only that is
+// kept.
+func (w *watch) sentMap() map[string]string {
+	if w.sentRes == nil && w.sentAs != nil {
+		w.sentRes = w.sentAs.versionsByName()
+	}
+	return w.sentRes
+}
+
+// narrow narrows full to what differs from what the connection was sent
+// (hasSent): once per pair of shared responses when it holds sentAs. It
+// reports whether anything is left, and covered as narrowFrom does.
+func (w *watch) narrow(full *response) (r *response, any, covered bool) {
+	if w.sentAs != nil {
+		return full.narrowFrom(w.sentAs)
+	}
+	r, any = full.onlyChanged(w.sentRes)
+	return r, any, false
+}
+
+// sentWhole notes that the connection was sent the whole of full.
+func (w *watch) sentWhole(full *response) {
+	if full.id != 0 {
+		w.sentAs, w.sentRes = full, nil
+		return
+	}
+	w.sentAs, w.sentRes = nil, full.versionsByName()
+	if w.sentRes == nil {
+		w.sentRes = map[string]string{}
+	}
+}
+
+// sentNarrowed notes that the connection was sent r, full narrowed to
+// what changed since what it held; covered: it held sentAs, all of whose
+// names full has, so it now holds exactly full.
+func (w *watch) sentNarrowed(full, r *response, covered bool) {
+	if covered && full.id != 0 {
+		w.sentAs, w.sentRes = full, nil
+		return
+	}
+	sent := w.sentMap()
+	for i, n := range r.names {
+		sent[n] = r.versions[i]
+	}
+	// sent now holds every resource of full at full's version (what the
+	// narrowing left out was there already): exactly full's when it holds
+	// nothing more.
+	w.sentAs = nil
+	if full.id != 0 && len(sent) == len(full.names) {
+		w.sentAs = full
+	}
 }
 
 // sameNamesMax bounds the names sameNames checks without allocating.

@@ -127,6 +127,9 @@ func TestSentStateMatchesAMap(t *testing.T) {
 				if full.id != 0 && len(ref) == len(full.names) && w.sentAs != full {
 					t.Fatalf("case %d step %d: the watch holds exactly shared response %d but does not say so", c, step, full.id)
 				}
+				if w.sentAs != nil && w.sentRes != nil {
+					t.Fatalf("case %d step %d: a send left a map beside the shared response it stands for", c, step)
+				}
 			}
 			if diff := cmp.Diff(ref, held(w)); diff != "" {
 				t.Fatalf("case %d step %d: sent state (-map +watch):\n%s", c, step, diff)

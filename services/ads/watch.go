@@ -198,7 +198,7 @@ func (w *watch) sentNarrowed(full, r *response, covered bool) {
 	// nothing more.
 	w.sentAs = nil
 	if full.id != 0 && len(sent) == len(full.names) {
-		w.sentAs = full
+		w.sentAs, w.sentRes = full, nil // the map is no longer needed
 	}
 }
 

@@ -235,12 +235,32 @@ func (w *watch) sameNames(names []string) bool {
 // computed once per subscription change.
 func (w *watch) namesKey() string {
 	if w.nameKey == "" && len(w.names) > 0 {
-		h := sha256.New()
-		for _, n := range w.names {
-			h.Write([]byte(n))
-			h.Write([]byte{0})
-		}
-		w.nameKey = string(h.Sum(nil))
+		w.nameKey = namesDigest(w.names)
 	}
 	return w.nameKey
+}
+
+// namesDigest is the SHA-256 of names, each followed by a zero byte,
+// hashed in chunks of a stack buffer: a name converted for the hash one by
+// one would be an allocation each.
+func namesDigest(names []string) string {
+	h := sha256.New()
+	var buf [4096]byte
+	b := buf[:0]
+	for _, n := range names {
+		if len(b)+len(n)+1 > len(buf) {
+			h.Write(b)
+			b = buf[:0]
+			if len(n)+1 > len(buf) {
+				h.Write([]byte(n))
+				h.Write([]byte{0})
+				continue
+			}
+		}
+		b = append(b, n...)
+		b = append(b, 0)
+	}
+	h.Write(b)
+	var sum [sha256.Size]byte
+	return string(h.Sum(sum[:0]))
 }

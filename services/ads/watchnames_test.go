@@ -1,9 +1,11 @@
 package ads
 
 import (
+	"crypto/sha256"
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 
 	resource "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
@@ -72,5 +74,46 @@ func TestSetNamesShortcut(t *testing.T) {
 		}); n != 0 {
 			t.Errorf("an ACK of %d names took %v allocations", len(ack), n)
 		}
+	}
+}
+
+// TestNamesDigest: the digest is SHA-256 of each name followed by a zero
+// byte, whatever the names' lengths against its buffer, and hashing a
+// sidecar's names allocates only the key.
+func TestNamesDigest(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	for i := range 300 {
+		var names []string
+		for range rng.IntN(200) {
+			names = append(names, strings.Repeat(string(rune('a'+rng.IntN(26))), rng.IntN(5000)))
+		}
+		h := sha256.New()
+		for _, n := range names {
+			h.Write([]byte(n))
+			h.Write([]byte{0})
+		}
+		if got, want := namesDigest(names), string(h.Sum(nil)); got != want {
+			t.Fatalf("case %d (%d names): digest %x, want %x", i, len(names), got, want)
+		}
+	}
+	names := make([]string, 100)
+	for i := range names {
+		names[i] = fmt.Sprintf("outbound|80||svc-%03d.ns.svc.cluster.local", i)
+	}
+	if a := testing.AllocsPerRun(100, func() { namesDigest(names) }); a > 2 {
+		t.Errorf("namesDigest of 100 names: %v allocations, want the hash and its key", a)
+	}
+}
+
+// BenchmarkNamesDigest: the key of a sidecar's 100 load assignment names,
+// computed once per subscription change.
+func BenchmarkNamesDigest(b *testing.B) {
+	names := make([]string, 100)
+	for i := range names {
+		names[i] = fmt.Sprintf("outbound|80||svc-%03d.ns.svc.cluster.local", i)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		namesDigest(names)
 	}
 }

@@ -11,7 +11,6 @@ import (
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	resource "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/google/go-cmp/cmp"
-	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/pilotwire/pilotwire/internal/testkit/natstest"
@@ -273,31 +272,11 @@ func renderFinal(ctx context.Context, t *testing.T, url string, clients []*meshC
 	if err != nil {
 		t.Fatal(err)
 	}
-	stream, err := js.Stream(ctx, names.ChangesStream())
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := stream.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	store := model.NewStore()
-	for seq := uint64(0); seq < info.State.LastSeq; {
-		msg, err := cons.Next(jetstream.FetchMaxWait(testutil.DefaultTimeout))
-		if err != nil {
-			t.Fatalf("replay at %d of %d: %v", seq, info.State.LastSeq, err)
-		}
-		md, err := msg.Metadata()
-		if err != nil {
-			t.Fatal(err)
-		}
-		seq = md.Sequence.Stream
+	for _, msg := range natstest.ReadStream(t, js, names.ChangesStream()) {
+		seq := msg.Sequence
 		rec := &pb.ChangeRecord{}
-		if err := proto.Unmarshal(msg.Data(), rec); err != nil {
+		if err := proto.Unmarshal(msg.Data, rec); err != nil {
 			t.Fatalf("record %d: %v", seq, err)
 		}
 		if err := store.Apply(rec, seq); err != nil && !errors.Is(err, model.ErrAlreadyApplied) {

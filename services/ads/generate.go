@@ -29,9 +29,9 @@ type response struct {
 	// one, or a narrowing of one), so its encoded resources are kept in
 	// encoded (encoded.go) and its encoded names in encodedNames
 	shared  bool
-	encoded atomic.Pointer[encodedResources]
+	encoded atomic.Pointer[encoded]
 	// encodedNames: the names as a delivery record's (record.go)
-	encodedNames atomic.Pointer[encodedResources]
+	encodedNames atomic.Pointer[encoded]
 }
 
 // onlyChanged narrows r to the resources whose version differs from sent

@@ -102,7 +102,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "pilotwire_ads_registry_writes_total", Help: "Connection entries written to (or removed from) the connection registry.",
 		}),
 		deliveryDrops: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "pilotwire_ads_delivery_records_dropped_total", Help: "Delivery records not recorded because the publish queue was full or failed.",
+			Name: "pilotwire_ads_delivery_records_dropped_total", Help: "Delivery records not recorded: the publish queue was full, the publish failed, or the record could not be marshalled.",
 		}),
 		admitRejects: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "pilotwire_ads_streams_rejected_total", Help: "New streams refused by the admission rate limit.",

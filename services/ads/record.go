@@ -119,11 +119,8 @@ func (s *Server) recordWith(c *conn, kind pb.DeliveryRecord_Kind, typeURL, versi
 	}
 	b, err := proto.Marshal(rec)
 	if err != nil {
-		r.log.Error("marshal delivery record", "err", err)
+		r.drop("record cannot be marshalled", err, 1)
 		return
-	}
-	if rec.ResourceNames != nil {
-		namesWire = nil
 	}
 	r.add(b, namesWire)
 }
@@ -151,18 +148,13 @@ func appendNames(b []byte, names []string) ([]byte, bool) {
 // is sent to; nil when they cannot be encoded (the record is then
 // marshalled with them, as proto.Marshal decides).
 func (r *response) namesWire() []byte {
-	if e := r.encodedNames.Load(); e != nil {
-		return e.b
-	}
-	b, ok := appendNames(make([]byte, 0, namesSize(r.names)), r.names)
-	if !ok {
-		return nil
-	}
-	e := &encodedResources{b: b}
-	if !r.encodedNames.CompareAndSwap(nil, e) {
-		e = r.encodedNames.Load()
-	}
-	return e.b
+	return encodeOnce(&r.encodedNames, func() []byte {
+		b, ok := appendNames(make([]byte, 0, namesSize(r.names)), r.names)
+		if !ok {
+			return nil
+		}
+		return b
+	})
 }
 
 // namesSize is the encoded size of names as resource_names.

@@ -223,7 +223,7 @@ func BenchmarkRecord(b *testing.B) {
 // holds decodes to the record itself: every name, in order, for a shared
 // response, a connection's own, none, and many over several batches. A
 // record with a name that is not UTF-8 is refused as proto.Marshal
-// refuses it, and counted nowhere in the stream.
+// refuses it: counted as dropped, and nowhere in the stream.
 func TestRecordNamesAsMarshalled(t *testing.T) {
 	url := natstest.Start(t)
 	_, js := natstest.Connect(t, url)
@@ -232,7 +232,8 @@ func TestRecordNamesAsMarshalled(t *testing.T) {
 	if _, err := bus.EnsureStream(ctx, js, names.DeliveriesConfig(bus.StreamOptions{})); err != nil {
 		t.Fatal(err)
 	}
-	r := newRecorder(js, names, "fe", slog.New(slog.DiscardHandler), newMetrics(prometheus.NewRegistry()))
+	reg := prometheus.NewRegistry()
+	r := newRecorder(js, names, "fe", slog.New(slog.DiscardHandler), newMetrics(reg))
 	s := &Server{id: "fe", recorder: r}
 	c := &conn{id: "c1", proxy: &proxy{ID: "sidecar~10.0.0.1~a.ns~ns.svc.cluster.local"}, watches: map[string]*watch{resource.EndpointType: {genSeq: 42}}}
 	many := make([]string, 100)
@@ -263,6 +264,9 @@ func TestRecordNamesAsMarshalled(t *testing.T) {
 	r.flush()
 	<-js.PublishAsyncComplete()
 
+	if got := testutil.Metric(reg, "pilotwire_ads_delivery_records_dropped_total"); got != 1 {
+		t.Errorf("pilotwire_ads_delivery_records_dropped_total = %v, want the record that could not be marshalled", got)
+	}
 	got, batches := storedRecords(t, js, names)
 	if batches < 2 {
 		t.Fatalf("%d batches, want the records over several", batches)
@@ -283,32 +287,16 @@ func TestRecordNamesAsMarshalled(t *testing.T) {
 
 // storedRecords reads every delivery record the DELIVERIES stream holds,
 // in stream order, and the number of batches they came in.
-func storedRecords(t *testing.T, js jetstream.JetStream, names bus.Names) ([]*pb.DeliveryRecord, uint64) {
+func storedRecords(t *testing.T, js jetstream.JetStream, names bus.Names) ([]*pb.DeliveryRecord, int) {
 	t.Helper()
-	ctx := t.Context()
-	stream, err := js.Stream(ctx, names.DeliveriesStream())
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := stream.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	msgs := natstest.ReadStream(t, js, names.DeliveriesStream())
 	var out []*pb.DeliveryRecord
-	for range info.State.Msgs {
-		msg, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
+	for _, m := range msgs {
+		recs, err := bus.DecodeDeliveries(names, m.Subject, m.Data)
 		if err != nil {
-			t.Fatal(err)
-		}
-		recs, err := bus.DecodeDeliveries(names, msg.Subject(), msg.Data())
-		if err != nil {
-			t.Fatalf("record on %s: %v", msg.Subject(), err)
+			t.Fatalf("record on %s: %v", m.Subject, err)
 		}
 		out = append(out, recs...)
 	}
-	return out, info.State.Msgs
+	return out, len(msgs)
 }

@@ -176,9 +176,6 @@ func (w *watch) sentWhole(full *response) {
 		return
 	}
 	w.sentAs, w.sentRes = nil, full.versionsByName()
-	if w.sentRes == nil {
-		w.sentRes = map[string]string{}
-	}
 }
 
 // sentNarrowed notes that the connection was sent r, full narrowed to

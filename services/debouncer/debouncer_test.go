@@ -134,22 +134,8 @@ func publishChange(ctx context.Context, t *testing.T, js jetstream.JetStream, i 
 // pushRequests reads every PushRequest in the stream.
 func pushRequests(t *testing.T, js jetstream.JetStream) []*pb.PushRequest {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), testutil.DefaultTimeout)
-	defer cancel()
-	s, err := js.Stream(ctx, names.PushesStream())
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := s.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var out []*pb.PushRequest
-	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && seq > 0; seq++ {
-		m, err := s.GetMsg(ctx, seq)
-		if err != nil {
-			t.Fatal(err)
-		}
+	for _, m := range natstest.ReadStream(t, js, names.PushesStream()) {
 		pr := &pb.PushRequest{}
 		if err := proto.Unmarshal(m.Data, pr); err != nil {
 			t.Fatal(err)

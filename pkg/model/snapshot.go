@@ -298,3 +298,14 @@ func (s *Service) withRules(rules []*DestinationRule) *Service {
 		Addresses: s.Addresses, ExportTo: s.ExportTo, rules: rules,
 	}
 }
+
+// Built reports whether [Store.Snapshot] would return the mesh of the
+// last applied record at once: it is built, and no build or apply holds
+// the store.
+func (s *Store) Built() bool {
+	if !s.mu.TryRLock() {
+		return false
+	}
+	defer s.mu.RUnlock()
+	return s.mesh.Seq == s.applied
+}

@@ -212,6 +212,11 @@ func (f *follower) start(ctx context.Context) (stop func(), err error) {
 		stop()
 		return nil, fmt.Errorf("bootstrap model: %w", err)
 	}
+	// The mesh of what was replayed is built before the frontend serves:
+	// otherwise its first proxies wait for the build, and readiness
+	// claims more than is done. This builds it, or waits for the apply
+	// loop's build of it.
+	f.store.Snapshot()
 	f.log.Info("model bootstrapped", "seq", target, "snapshot_seq", from, "took", time.Since(start))
 	return stop, nil
 }

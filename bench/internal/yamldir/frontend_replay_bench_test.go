@@ -15,6 +15,7 @@ import (
 	"github.com/pilotwire/pilotwire/internal/testkit/natstest"
 	"github.com/pilotwire/pilotwire/pkg/bus"
 	"github.com/pilotwire/pilotwire/pkg/svc"
+	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
 	"github.com/pilotwire/pilotwire/services/ads"
 )
 
@@ -22,44 +23,13 @@ import (
 // one process: the change records of the 10000x10 mesh (20,000 records,
 // the same ones `pwbench run` replays) on embedded JetStream with file
 // storage, and a fresh ads.Run each iteration, timed from Run to listening
-// (its model has applied the stream's last sequence). records/s is per wall
-// second of that; records/cpu-s per CPU-second of the whole process.
+// (its model has applied the stream's last sequence and built the mesh).
+// records/s is per wall second of that; records/cpu-s per CPU-second of
+// the whole process.
 //
 //	go test ./bench/internal/yamldir -run '^$' -bench BenchmarkFrontendReplay -benchtime 5x -count 5
 func BenchmarkFrontendReplay(b *testing.B) {
-	recs := meshScan(b, 10000)
-	url := natstest.Start(b)
-	nc, js := natstest.Connect(b, url)
-	names, err := bus.NewNames("pw")
-	if err != nil {
-		b.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	if _, err := bus.EnsureStream(ctx, js, names.ChangesConfig(bus.StreamOptions{})); err != nil {
-		b.Fatal(err)
-	}
-	var acks []jetstream.PubAckFuture
-	for _, r := range recs {
-		data, err := proto.Marshal(r)
-		if err != nil {
-			b.Fatal(err)
-		}
-		a, err := js.PublishAsync(names.ChangeSubject(r.GetCluster(), r.GetRef()), data)
-		if err != nil {
-			b.Fatal(err)
-		}
-		acks = append(acks, a)
-	}
-	for _, a := range acks {
-		select {
-		case <-a.Ok():
-		case err := <-a.Err():
-			b.Fatal(err)
-		case <-ctx.Done():
-			b.Fatal(ctx.Err())
-		}
-	}
+	recs, url, nc, js, ctx := replayStream(b)
 	b.ReportAllocs()
 	b.ResetTimer()
 	var total time.Duration
@@ -111,4 +81,94 @@ func replayOnce(ctx context.Context, b *testing.B, nc *nats.Conn, js jetstream.J
 	}
 	b.StartTimer()
 	return took
+}
+
+// replayStream publishes the change records of the 10000x10 mesh on a
+// fresh embedded JetStream and returns them with the server's URL, a
+// connection and a context for the benchmark.
+func replayStream(b *testing.B) ([]*pb.ChangeRecord, string, *nats.Conn, jetstream.JetStream, context.Context) {
+	b.Helper()
+	recs := meshScan(b, 10000)
+	url := natstest.Start(b)
+	nc, js := natstest.Connect(b, url)
+	names, err := bus.NewNames("pw")
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	b.Cleanup(cancel)
+	if _, err := bus.EnsureStream(ctx, js, names.ChangesConfig(bus.StreamOptions{})); err != nil {
+		b.Fatal(err)
+	}
+	var acks []jetstream.PubAckFuture
+	for _, r := range recs {
+		data, err := proto.Marshal(r)
+		if err != nil {
+			b.Fatal(err)
+		}
+		a, err := js.PublishAsync(names.ChangeSubject(r.GetCluster(), r.GetRef()), data)
+		if err != nil {
+			b.Fatal(err)
+		}
+		acks = append(acks, a)
+	}
+	for _, a := range acks {
+		select {
+		case <-a.Ok():
+		case err := <-a.Err():
+			b.Fatal(err)
+		case <-ctx.Done():
+			b.Fatal(ctx.Err())
+		}
+	}
+	return recs, url, nc, js, ctx
+}
+
+// BenchmarkStreamReadFloor reads the same 20,000 records the way a fresh
+// frontend does (an ordered consumer, last record per subject, the
+// services' pull options) and does nothing with them: the floor that NATS
+// delivery sets under BenchmarkFrontendReplay on this machine.
+//
+//	go test ./bench/internal/yamldir -run '^$' -bench BenchmarkStreamReadFloor -benchtime 5x -count 5
+func BenchmarkStreamReadFloor(b *testing.B) {
+	recs, _, _, js, ctx := replayStream(b)
+	names, err := bus.NewNames("pw")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	cpu := cpuTime()
+	for b.Loop() {
+		stream, err := js.Stream(ctx, names.ChangesStream())
+		if err != nil {
+			b.Fatal(err)
+		}
+		cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{names.ChangesAll()}, DeliverPolicy: jetstream.DeliverLastPerSubjectPolicy})
+		if err != nil {
+			b.Fatal(err)
+		}
+		done := make(chan struct{})
+		n := 0
+		cc, err := cons.Consume(func(m jetstream.Msg) {
+			n++
+			if md, err := m.Metadata(); err == nil && md.NumPending == 0 {
+				close(done)
+			}
+		}, bus.PullConsume()...)
+		if err != nil {
+			b.Fatal(err)
+		}
+		select {
+		case <-done:
+		case <-ctx.Done():
+			b.Fatal(ctx.Err())
+		}
+		cc.Stop()
+		if n != len(recs) {
+			b.Fatalf("read %d records, want %d", n, len(recs))
+		}
+	}
+	b.ReportMetric(float64(len(recs)*b.N)/b.Elapsed().Seconds(), "records/s")
+	b.ReportMetric(float64(len(recs)*b.N)/(cpuTime()-cpu).Seconds(), "records/cpu-s")
 }

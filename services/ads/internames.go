@@ -1,12 +1,11 @@
 package ads
 
 import (
-	"sync"
-	"unicode/utf8"
-
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/pilotwire/pilotwire/pkg/intern"
 )
 
 // Every ACK of a state-of-the-world stream repeats the names it watches:
@@ -22,47 +21,14 @@ import (
 var discoveryRequestNamesField = (&discovery.DiscoveryRequest{}).ProtoReflect().Descriptor().
 	Fields().ByName("resource_names").Number()
 
-// Bounds of the name table: a longer name is decoded as before, and the
-// table starts over when full, so a client sending ever new names costs
-// what it did before the table, and the table at most about
-// maxInternedNames × maxInternedName bytes.
-const (
-	maxInternedNames = 1 << 17
-	maxInternedName  = 256
-)
-
 // nameTable holds resource names already seen, each checked for UTF-8.
-type nameTable struct {
-	mu    sync.RWMutex
-	names map[string]string // guarded by mu
-}
+type nameTable struct{ t intern.Table }
 
-func newNameTable() *nameTable { return &nameTable{names: make(map[string]string)} }
+func newNameTable() *nameTable { return &nameTable{} }
 
 // intern returns b as a string: the table's, or a new one it keeps. It
-// reports false for bytes that are not UTF-8 (nothing is kept).
-func (t *nameTable) intern(b []byte) (string, bool) {
-	t.mu.RLock()
-	s, ok := t.names[string(b)] // no allocation for the lookup
-	t.mu.RUnlock()
-	if ok {
-		return s, true
-	}
-	if !utf8.Valid(b) {
-		return "", false
-	}
-	s = string(b)
-	if len(b) > maxInternedName {
-		return s, true
-	}
-	t.mu.Lock()
-	if len(t.names) >= maxInternedNames {
-		clear(t.names)
-	}
-	t.names[s] = s
-	t.mu.Unlock()
-	return s, true
-}
+// reports false for bytes that are not UTF-8.
+func (t *nameTable) intern(b []byte) (string, bool) { return t.t.Bytes(b) }
 
 // unmarshalRequest decodes b into req as proto.Unmarshal does, with the
 // resource names from the table. Anything it does not take as plainly

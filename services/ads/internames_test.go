@@ -10,6 +10,8 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/pilotwire/pilotwire/pkg/intern"
 )
 
 // requestSeeds are DiscoveryRequests as clients send them, and some no
@@ -50,7 +52,7 @@ func requestSeeds(t testing.TB) [][]byte {
 	notUTF8 = protowire.AppendBytes(notUTF8, []byte{'a', 0xff, 'b'})
 	wrongType := protowire.AppendTag(nil, 3, protowire.VarintType)
 	wrongType = protowire.AppendVarint(wrongType, 1)
-	long := marshal(&discovery.DiscoveryRequest{ResourceNames: []string{strings.Repeat("n", maxInternedName+1), "short"}})
+	long := marshal(&discovery.DiscoveryRequest{ResourceNames: []string{strings.Repeat("n", intern.DefaultMaxLen+1), "short"}})
 	return [][]byte{ack, first, nack, interleaved, notUTF8, wrongType, long, ack[:len(ack)-3], nil, marshal(&discovery.DiscoveryRequest{TypeUrl: "t"})}
 }
 
@@ -91,23 +93,6 @@ func TestUnmarshalRequestAsProtobuf(t *testing.T) {
 	// the version, type and nonce; not one per name.
 	if allocs > 10 {
 		t.Errorf("an ACK naming 100 known resources took %v allocations", allocs)
-	}
-}
-
-// TestNameTableStartsOverWhenFull: the table never holds more than its
-// bound, and a name not UTF-8 is refused and not kept.
-func TestNameTableStartsOverWhenFull(t *testing.T) {
-	table := newNameTable()
-	for i := range maxInternedNames + 10 {
-		if _, ok := table.intern(fmt.Appendf(nil, "n%d", i)); !ok {
-			t.Fatalf("name %d refused", i)
-		}
-	}
-	if n := len(table.names); n > maxInternedNames || n == 0 {
-		t.Errorf("table holds %d names, want 1 to %d", n, maxInternedNames)
-	}
-	if _, ok := table.intern([]byte{0xff}); ok {
-		t.Error("a name that is not UTF-8 was taken")
 	}
 }
 

@@ -65,6 +65,26 @@ func (p *Pusher) applyEntry(e jetstream.KeyValueEntry) {
 		return
 	}
 	deleted := e.Operation() != jetstream.KeyValuePut
+	// Decoded before taking the lock: a registry storm (every sidecar of
+	// a frontend syncing) then holds up pushes and dones only for the
+	// bookkeeping, not for protobuf.
+	var (
+		feInfo   *pb.FrontendInfo
+		connInfo *pb.ConnectionInfo
+		badValue bool
+	)
+	if !deleted {
+		switch kind {
+		case bus.FrontendKeyKind:
+			feInfo = &pb.FrontendInfo{}
+			badValue = proto.Unmarshal(e.Value(), feInfo) != nil
+		case bus.ConnKeyKind:
+			connInfo = &pb.ConnectionInfo{}
+			if badValue = proto.Unmarshal(e.Value(), connInfo) != nil; !badValue {
+				p.internInfo(connInfo)
+			}
+		}
+	}
 	now := p.now()
 	var freed []*inflight // orders the entry shows completed, or lost
 	p.mu.Lock()
@@ -86,11 +106,11 @@ func (p *Pusher) applyEntry(e jetstream.KeyValueEntry) {
 			delete(p.cleanups, fe)
 			p.log.Info("frontend heard from again: its registry entries are kept", "frontend", fe)
 		}
-		info := &pb.FrontendInfo{}
-		if err := proto.Unmarshal(e.Value(), info); err != nil {
+		if badValue {
 			p.m.badMessages.WithLabelValues("registry").Inc()
 			return
 		}
+		info := feInfo
 		if _, ok := p.forgotten[fe]; ok {
 			// Forgotten for a silent heartbeat, heard from again: its
 			// connections may not be written again (relearnFrontends).
@@ -109,11 +129,11 @@ func (p *Pusher) applyEntry(e jetstream.KeyValueEntry) {
 			p.forgetConnLocked(conn)
 			return
 		}
-		info := &pb.ConnectionInfo{}
-		if err := proto.Unmarshal(e.Value(), info); err != nil {
+		if badValue {
 			p.m.badMessages.WithLabelValues("registry").Inc()
 			return
 		}
+		info := connInfo
 		if _, known := p.frontends[fe]; !known {
 			// Give a frontend whose heartbeat has not been seen yet one
 			// timeout to show up.
@@ -151,6 +171,33 @@ func (p *Pusher) applyEntry(e jetstream.KeyValueEntry) {
 			freed = append(freed, f)
 		}
 		p.catchUpLocked(conn, c)
+	}
+}
+
+// internInfo replaces the strings a connection's registry entry shares
+// with the rest of the fleet by the pusher's one copy of each: the names
+// every sidecar of a mesh subscribes to (100 load assignments each on the
+// benchmark's mesh), versions, type URLs, scopes. The pusher holds every
+// connection's entry, so without this it held each name once per
+// connection.
+func (p *Pusher) internInfo(info *pb.ConnectionInfo) {
+	t := &p.strings
+	info.Frontend, info.Namespace, info.ClusterId = t.String(info.Frontend), t.String(info.Namespace), t.String(info.ClusterId)
+	info.ProxyType, info.Generator = t.String(info.ProxyType), t.String(info.Generator)
+	for _, w := range info.Watches {
+		w.TypeUrl, w.AckedVersion, w.SentVersion = t.String(w.TypeUrl), t.String(w.AckedVersion), t.String(w.SentVersion)
+		for i, n := range w.Names {
+			w.Names[i] = t.String(n)
+		}
+	}
+	if sc := info.Scope; sc != nil {
+		sc.RootNamespace = t.String(sc.RootNamespace)
+		for i, n := range sc.Imports {
+			sc.Imports[i] = t.String(n)
+		}
+		for i, n := range sc.BackedNamespaces {
+			sc.BackedNamespaces[i] = t.String(n)
+		}
 	}
 }
 

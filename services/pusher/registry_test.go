@@ -2,15 +2,16 @@ package pusher
 
 import (
 	"context"
-	"log/slog"
 	"testing"
 	"time"
+	"unsafe"
 
-	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/pilotwire/pilotwire/internal/testkit/natstest"
 	"github.com/pilotwire/pilotwire/internal/testkit/testutil"
 	"github.com/pilotwire/pilotwire/pkg/bus"
+	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
 )
 
 // TestRegistryWatchEndsWithItsContext: the registry watcher returns once
@@ -26,15 +27,8 @@ func TestRegistryWatchEndsWithItsContext(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &Pusher{
-		kv:        kv,
-		log:       slog.New(slog.DiscardHandler),
-		m:         newMetrics(prometheus.NewRegistry()),
-		now:       time.Now,
-		frontends: make(map[string]time.Time),
-		conns:     make(map[string]*connState),
-		inflight:  make(map[uint64]*inflight),
-	}
+	p := bareRegistryPusher()
+	p.kv = kv
 	wctx, stop := context.WithCancel(ctx)
 	defer stop()
 	ended := make(chan struct{})
@@ -51,5 +45,40 @@ func TestRegistryWatchEndsWithItsContext(t *testing.T) {
 	case <-ended:
 	case <-timeout.C:
 		t.Fatalf("watchRegistry still running %v after its context ended", testutil.DefaultTimeout)
+	}
+}
+
+// TestRegistryEntriesShareStrings: the pusher keeps each connection's
+// entry as the frontend wrote it, with the strings the fleet repeats
+// (resource names, versions) held once across connections.
+func TestRegistryEntriesShareStrings(t *testing.T) {
+	p := bareRegistryPusher()
+	entries := sidecarEntries(t, 2)
+	for _, e := range entries {
+		p.applyEntry(e)
+	}
+	var infos []*pb.ConnectionInfo
+	for i, e := range entries {
+		want := &pb.ConnectionInfo{}
+		if err := proto.Unmarshal(e.value, want); err != nil {
+			t.Fatal(err)
+		}
+		c := p.conns[want.GetConnId()]
+		if c == nil {
+			t.Fatalf("entry %d: connection %s not known", i, want.GetConnId())
+		}
+		if !proto.Equal(c.info, want) {
+			t.Fatalf("entry %d kept as %v, want %v", i, c.info, want)
+		}
+		infos = append(infos, c.info)
+	}
+	a, b := infos[0].GetWatches()[1], infos[1].GetWatches()[1]
+	for i := range a.GetNames() {
+		if unsafe.StringData(a.GetNames()[i]) != unsafe.StringData(b.GetNames()[i]) {
+			t.Fatalf("name %q held twice", a.GetNames()[i])
+		}
+	}
+	if unsafe.StringData(a.GetAckedVersion()) != unsafe.StringData(b.GetAckedVersion()) {
+		t.Error("the acked version is held twice")
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/pilotwire/pilotwire/pkg/bus"
+	"github.com/pilotwire/pilotwire/pkg/intern"
 	"github.com/pilotwire/pilotwire/pkg/lease"
 	"github.com/pilotwire/pilotwire/pkg/pushqueue"
 	"github.com/pilotwire/pilotwire/pkg/svc"
@@ -32,6 +33,8 @@ type Pusher struct {
 	m      *metrics
 	queues *frontendQueues // set before any goroutine starts
 	now    func() time.Time
+	// strings holds one copy of what registry entries repeat (internInfo).
+	strings intern.Table
 	// maxBytes bounds an encoded PushOrderBatch: the server's max payload,
 	// or Config.MaxBatchBytes if lower.
 	maxBytes int

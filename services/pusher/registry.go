@@ -2,6 +2,7 @@ package pusher
 
 import (
 	"context"
+	resource "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"slices"
 	"strings"
 	"time"
@@ -71,6 +72,7 @@ func (p *Pusher) applyEntry(e jetstream.KeyValueEntry) {
 	var (
 		feInfo   *pb.FrontendInfo
 		connInfo *pb.ConnectionInfo
+		edsList  *nameList
 		badValue bool
 	)
 	if !deleted {
@@ -81,7 +83,7 @@ func (p *Pusher) applyEntry(e jetstream.KeyValueEntry) {
 		case bus.ConnKeyKind:
 			connInfo = &pb.ConnectionInfo{}
 			if badValue = proto.Unmarshal(e.Value(), connInfo) != nil; !badValue {
-				p.internInfo(connInfo)
+				edsList = p.internInfo(connInfo)
 			}
 		}
 	}
@@ -157,10 +159,10 @@ func (p *Pusher) applyEntry(e jetstream.KeyValueEntry) {
 			// (issue 11 #2).
 			c.synced, c.skipped = min(c.synced, info.GetSyncedSeq()), nil
 			c.reorder = true
-			c.setInfo(info)
+			c.setInfo(info, edsList)
 			p.syncedLocked(c, c.synced)
 		} else {
-			c.setInfo(info)
+			c.setInfo(info, edsList)
 			p.syncedLocked(c, info.GetSyncedSeq())
 		}
 		if f := p.inflight[c.pushID]; f != nil && c.synced >= f.req.through {
@@ -179,15 +181,33 @@ func (p *Pusher) applyEntry(e jetstream.KeyValueEntry) {
 // every sidecar of a mesh subscribes to (100 load assignments each on the
 // benchmark's mesh), versions, type URLs, scopes. The pusher holds every
 // connection's entry, so without this it held each name once per
-// connection.
-func (p *Pusher) internInfo(info *pb.ConnectionInfo) {
+// connection. Lists of names are shared whole (nameLists); it returns the
+// list of the connection's load assignment watch when that is its only
+// one and names what it watches, for the scoping index.
+func (p *Pusher) internInfo(info *pb.ConnectionInfo) *nameList {
 	t := &p.strings
 	info.Frontend, info.Namespace, info.ClusterId = t.String(info.Frontend), t.String(info.Namespace), t.String(info.ClusterId)
 	info.ProxyType, info.Generator = t.String(info.ProxyType), t.String(info.Generator)
+	var eds *nameList
+	edsWatches := 0
 	for _, w := range info.Watches {
 		w.TypeUrl, w.AckedVersion, w.SentVersion = t.String(w.TypeUrl), t.String(w.AckedVersion), t.String(w.SentVersion)
+		if len(w.Names) == 0 {
+			if w.TypeUrl == resource.EndpointType {
+				edsWatches++
+			}
+			continue
+		}
 		for i, n := range w.Names {
 			w.Names[i] = t.String(n)
+		}
+		l := p.lists.intern(w.Names)
+		w.Names = l.names
+		if w.TypeUrl == resource.EndpointType {
+			edsWatches++
+			if !w.Wildcard {
+				eds = l
+			}
 		}
 	}
 	if sc := info.Scope; sc != nil {
@@ -199,6 +219,10 @@ func (p *Pusher) internInfo(info *pb.ConnectionInfo) {
 			sc.BackedNamespaces[i] = t.String(n)
 		}
 	}
+	if edsWatches != 1 {
+		return nil
+	}
+	return eds
 }
 
 // reconnectedLocked ends every order in flight to a frontend whose NATS

@@ -33,8 +33,10 @@ type Pusher struct {
 	m      *metrics
 	queues *frontendQueues // set before any goroutine starts
 	now    func() time.Time
-	// strings holds one copy of what registry entries repeat (internInfo).
+	// strings and lists hold one copy of what registry entries repeat
+	// (internInfo).
 	strings intern.Table
+	lists   nameLists
 	// maxBytes bounds an encoded PushOrderBatch: the server's max payload,
 	// or Config.MaxBatchBytes if lower.
 	maxBytes int

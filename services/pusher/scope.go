@@ -175,6 +175,16 @@ func (c *connState) watchedEDS() *edsWatches {
 	if c.eds != nil {
 		return c.eds
 	}
+	if l := c.edsList; l != nil {
+		// The connection's only load assignment watch: its index is the
+		// list's, shared with every connection that watches the same.
+		if l.eds == nil {
+			l.eds = &edsWatches{any: true}
+			l.eds.add(l.names)
+		}
+		c.eds = l.eds
+		return c.eds
+	}
 	x := &edsWatches{}
 	for _, w := range c.info.GetWatches() {
 		if w.GetTypeUrl() != resource.EndpointType {
@@ -182,22 +192,27 @@ func (c *connState) watchedEDS() *edsWatches {
 		}
 		x.any = true
 		x.wildcard = x.wildcard || w.GetWildcard()
-		for _, n := range w.GetNames() {
-			name, ns, ok := serviceOfHost(clusterHost(n))
-			if !ok {
-				continue
-			}
-			if x.services == nil {
-				x.services = make(map[string]map[string]struct{})
-			}
-			if x.services[ns] == nil {
-				x.services[ns] = make(map[string]struct{})
-			}
-			x.services[ns][name] = struct{}{}
-		}
+		x.add(w.GetNames())
 	}
 	c.eds = x
 	return x
+}
+
+// add indexes the services of the load assignments names.
+func (x *edsWatches) add(names []string) {
+	for _, n := range names {
+		name, ns, ok := serviceOfHost(clusterHost(n))
+		if !ok {
+			continue
+		}
+		if x.services == nil {
+			x.services = make(map[string]map[string]struct{})
+		}
+		if x.services[ns] == nil {
+			x.services[ns] = make(map[string]struct{})
+		}
+		x.services[ns][name] = struct{}{}
+	}
 }
 
 // service reports whether the load assignments of Service k are watched.

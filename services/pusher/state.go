@@ -24,6 +24,9 @@ type connState struct {
 	// eds indexes the load assignments info watches (nil: not built
 	// since info changed; see watchedEDS).
 	eds *edsWatches
+	// edsList is the shared list of the connection's only load assignment
+	// watch: its index is built once for every connection holding it.
+	edsList *nameList
 	// pushID is the order in flight for it (0: none).
 	pushID uint64
 	// ordered is the highest through_seq this pusher has ordered for it;
@@ -37,9 +40,10 @@ type connState struct {
 	backoff  time.Duration
 }
 
-// setInfo records the connection's registry entry.
-func (c *connState) setInfo(info *pb.ConnectionInfo) {
-	c.info, c.eds = info, nil
+// setInfo records the connection's registry entry, with the shared list
+// of its only load assignment watch (nil: none, or more than one).
+func (c *connState) setInfo(info *pb.ConnectionInfo, eds *nameList) {
+	c.info, c.eds, c.edsList = info, nil, eds
 }
 
 // inflight is one dispatched order awaiting its PushDone.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -77,16 +78,23 @@ var reconnectMu sync.Mutex
 
 // OnReconnect runs f, on nats.go's callback goroutine, each time nc is
 // re-established, after the handler nc already had (Connect's log line).
-// f must not block. Handlers cannot be removed: register once per process
-// part, not per term.
-func OnReconnect(nc *nats.Conn, f func()) {
+// f must not block. remove stops it and lets go of f (nats.go cannot take
+// a handler back, so a small link of the chain stays): a part that runs
+// on a connection the process keeps calls remove when it ends, or f keeps
+// everything it refers to alive.
+func OnReconnect(nc *nats.Conn, f func()) (remove func()) {
 	reconnectMu.Lock()
 	defer reconnectMu.Unlock()
+	var cur atomic.Pointer[func()]
+	cur.Store(&f)
 	prev := nc.ReconnectHandler()
 	nc.SetReconnectHandler(func(c *nats.Conn) {
 		if prev != nil {
 			prev(c)
 		}
-		f()
+		if g := cur.Load(); g != nil {
+			(*g)()
+		}
 	})
+	return func() { cur.Store(nil) }
 }

@@ -1,6 +1,7 @@
 package ads
 
 import (
+	"github.com/pilotwire/pilotwire/pkg/model"
 	"runtime"
 	"time"
 
@@ -95,6 +96,9 @@ type Config struct {
 	// of the newest snapshot (tests compare the two); ignoreSnapshots from
 	// the last record of every subject (the start-up benchmark).
 	fullReplay, ignoreSnapshots bool
+	// onStore, when set, is handed the model's store as Run makes it
+	// (tests).
+	onStore func(*model.Store)
 }
 
 // DefaultConfig is the configuration every flag defaults to; Run also takes

@@ -69,6 +69,9 @@ func Run(ctx context.Context, cfg Config, d svc.Deps) error {
 	m := newMetrics(d.Reg)
 	gate := newSeqGate()
 	store := model.NewStore(model.WithMeshConfig(meshCfg))
+	if cfg.onStore != nil {
+		cfg.onStore(store)
+	}
 	s := &Server{
 		id:      cfg.FrontendID,
 		store:   store,
@@ -125,7 +128,7 @@ func Run(ctx context.Context, cfg Config, d svc.Deps) error {
 	if d.NC != nil {
 		nc := d.NC
 		s.registry.reconnects = func() uint64 { return nc.Stats().Reconnects }
-		svc.OnReconnect(nc, s.registry.reconnected)
+		defer svc.OnReconnect(nc, s.registry.reconnected)()
 	}
 
 	// The model first: no stream is served from a model that is behind the

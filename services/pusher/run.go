@@ -143,14 +143,14 @@ func Run(ctx context.Context, cfg Config, d svc.Deps) error {
 	})
 	defer stopIfIdle()
 	// The active term's pusher, for the reconnect handler (registered
-	// once: nats.go's handlers cannot be removed).
+	// once per Run, removed when Run returns).
 	var current atomic.Pointer[Pusher]
 	if d.NC != nil {
-		svc.OnReconnect(d.NC, func() {
+		defer svc.OnReconnect(d.NC, func() {
 			if p := current.Load(); p != nil {
 				p.reconnected()
 			}
-		})
+		})()
 	}
 	return el.Run(elCtx, func(leaseCtx context.Context) error {
 		mu.Lock()

@@ -67,6 +67,24 @@ func (f *frontend) pushAll(t testing.TB, through uint64) []*pb.PushDone {
 
 // waitRegistered polls the registry until n connections of this frontend
 // are there.
+// waitAcked waits until the frontend has taken the ACK of the clusters
+// and load assignments it sent to each of n proxies: until then a push to
+// a proxy waits for the ACK and is done as UNCHANGED.
+func (f *frontend) waitAcked(t testing.TB, n int) {
+	t.Helper()
+	testutil.Eventually(t, "every proxy's clusters and endpoints ACKed", func() bool {
+		var rows []syncStatus
+		getJSON(t, f.http+"/debug/syncz", &rows)
+		acked := 0
+		for _, r := range rows {
+			if r.ClusterSent != "" && r.ClusterAcked == r.ClusterSent && r.EndpointSent != "" && r.EndpointAcked == r.EndpointSent {
+				acked++
+			}
+		}
+		return acked == n
+	})
+}
+
 func (f *frontend) waitRegistered(t testing.TB, n int) {
 	t.Helper()
 	testutil.Eventually(t, "connections registered", func() bool {
@@ -170,6 +188,7 @@ func TestDeltaOverGRPC(t *testing.T) {
 	c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: resource.EndpointType, ResourceNamesSubscribe: []string{ca}})
 	eds := c.recv(resource.EndpointType)
 	f.waitRegistered(t, 1)
+	f.waitAcked(t, 1)
 
 	// An endpoint change: the push sends only the changed load assignment.
 	seq := f.publish(t, pb.Op_OP_UPDATE, "discovery.k8s.io", "EndpointSlice", slice("default", "a", 8080, "10.1.0.2"))

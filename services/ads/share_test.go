@@ -61,19 +61,7 @@ func TestGenerateOnceSendMany(t *testing.T) {
 		t.Errorf("%d marshals for %d proxies, want at most %d (one per resource)", got, proxies, len(distinct))
 	}
 	f.waitRegistered(t, proxies)
-	// Until the frontend has taken every ACK, a push to a proxy waits for
-	// it and is done as UNCHANGED.
-	testutil.Eventually(t, "every proxy's clusters and endpoints ACKed", func() bool {
-		var rows []syncStatus
-		getJSON(t, f.http+"/debug/syncz", &rows)
-		acked := 0
-		for _, r := range rows {
-			if r.ClusterSent != "" && r.ClusterAcked == r.ClusterSent && r.EndpointSent != "" && r.EndpointAcked == r.EndpointSent {
-				acked++
-			}
-		}
-		return acked == proxies
-	})
+	f.waitAcked(t, proxies)
 
 	// One endpoint change pushed to all: one load assignment re-marshalled.
 	seq := f.publish(t, pb.Op_OP_UPDATE, "discovery.k8s.io", "EndpointSlice", slice("default", "a", 8080, "10.1.0.2"))

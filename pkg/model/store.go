@@ -211,6 +211,10 @@ type Decoded struct {
 	err error  // why the object of such a record does not decode
 }
 
+// Record is the change record d was decoded from (for a compact form,
+// the record's key, op, uid and resourceVersion without its object).
+func (d *Decoded) Record() *pb.ChangeRecord { return d.rec }
+
 // Decode decodes the object of an add or update, the part of applying a
 // record that reads nothing but the record. It may run on any goroutine,
 // ahead of [Store.ApplyDecoded]; every error is left for ApplyDecoded to

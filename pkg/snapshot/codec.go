@@ -9,8 +9,13 @@ import (
 	"time"
 )
 
-// magic starts every encoded snapshot (format version 1).
-const magic = "PWSNAP1\n"
+// magic starts every encoded snapshot (format version 2: each entry ends
+// with the record's compact form, see Record.Model). Version 1, without
+// it, is still read.
+const (
+	magic   = "PWSNAP2\n"
+	magicV1 = "PWSNAP1\n"
+)
 
 // maxField bounds one decoded field (subject, header, record): a change
 // record is at most the stream's max message size, far below this.
@@ -33,8 +38,8 @@ type entry struct {
 }
 
 // encode writes entries as: magic, then per entry uvarint seq, varint
-// unix nanos, a flags byte, and the subject, content and data each as
-// uvarint length and bytes.
+// unix nanos, a flags byte, and the subject, content, data and model form
+// each as uvarint length and bytes.
 func encode(w io.Writer, entries []entry) error {
 	bw := bufio.NewWriterSize(w, 256<<10)
 	if _, err := bw.WriteString(magic); err != nil {
@@ -69,6 +74,9 @@ func encode(w io.Writer, entries []entry) error {
 		if err := putB(r.Data); err != nil {
 			return err
 		}
+		if err := putB(r.Model); err != nil {
+			return err
+		}
 	}
 	return bw.Flush()
 }
@@ -84,9 +92,10 @@ func decode(r io.Reader, fn func(Record, byte) error) error {
 	if _, err := io.ReadFull(br, head); err != nil {
 		return fmt.Errorf("snapshot header: %w", err)
 	}
-	if string(head) != magic {
+	if string(head) != magic && string(head) != magicV1 {
 		return fmt.Errorf("not a snapshot (header %q)", head)
 	}
+	withModel := string(head) == magic
 	d := decoder{br: br}
 	var last uint64
 	for i := 0; ; i++ {
@@ -131,7 +140,16 @@ func decode(r io.Reader, fn func(Record, byte) error) error {
 		if err != nil {
 			return fail(err)
 		}
-		if err := fn(Record{Subject: subj, Seq: seq, Time: time.Unix(0, nanos).UTC(), Content: content, Data: data}, flags); err != nil {
+		var model []byte
+		if withModel {
+			if model, err = d.bytes(); err != nil {
+				return fail(err)
+			}
+			if len(model) == 0 {
+				model = nil
+			}
+		}
+		if err := fn(Record{Subject: subj, Seq: seq, Time: time.Unix(0, nanos).UTC(), Content: content, Data: data, Model: model}, flags); err != nil {
 			return err
 		}
 	}

@@ -20,6 +20,10 @@ type Record struct {
 	Content string
 	// Data is the encoded pb.ChangeRecord.
 	Data []byte
+	// Model is the record's compact form (model.CompactForm), or nil:
+	// what a frontend starting from the snapshot decodes instead of Data.
+	// Only snapshots hold it; the stream holds records alone.
+	Model []byte
 }
 
 // Set is the compacted state of the change stream: every live subject's
@@ -107,6 +111,22 @@ func (s *Set) load(r Record, flags byte) {
 }
 
 func (s *Set) setAt(seq uint64, at time.Time) { s.seq, s.at = seq, at }
+
+// fillModels gives each live record that has none its compact form.
+// Records keep it, so a record costs this once, not once per snapshot.
+func (s *Set) fillModels(form func(data []byte) []byte) {
+	if form == nil {
+		return
+	}
+	for _, r := range s.live {
+		if r.Model == nil && r.Data != nil {
+			r.Model = form(r.Data)
+			if r.Model == nil {
+				r.Model = []byte{} // none: not computed again
+			}
+		}
+	}
+}
 
 // entries is everything a snapshot keeps, in sequence order.
 func (s *Set) entries() []entry {

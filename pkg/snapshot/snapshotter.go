@@ -46,6 +46,9 @@ type Options struct {
 	Registerer prometheus.Registerer
 	// Now is the clock of the retention window (tests).
 	Now func() time.Time
+	// Model gives a record's compact form (Record.Model) from its encoded
+	// pb.ChangeRecord, nil for none; nil: snapshots hold records alone.
+	Model func(data []byte) []byte
 }
 
 func (o Options) withDefaults() Options {
@@ -262,6 +265,7 @@ const contentHeader = "Pilotwire-Content-Version"
 func (s *Snapshotter) cycle(ctx context.Context) error {
 	if s.set.Seq() > s.last {
 		began := time.Now()
+		s.set.fillModels(s.opts.Model)
 		in, err := s.store.Write(ctx, s.set)
 		if err != nil {
 			s.metrics.errors.WithLabelValues("write").Inc()

@@ -19,6 +19,7 @@ type metrics struct {
 	appliedSeq       prometheus.Gauge
 	snapshotSeq      prometheus.Gauge
 	snapshotUnusable prometheus.Counter
+	compactRefused   prometheus.Counter
 	orders           *prometheus.CounterVec
 	orderSeqs        *prometheus.CounterVec
 	ordersDropped    prometheus.Counter
@@ -79,6 +80,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 		snapshotUnusable: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "pilotwire_ads_snapshot_unusable_total", Help: "Starts that found a snapshot they could not list or read, and read the change stream instead.",
+		}),
+		compactRefused: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pilotwire_ads_snapshot_compact_forms_refused_total", Help: "Compact forms in a snapshot that did not decode; the record beside each was decoded instead.",
 		}),
 		snapshotSeq: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "pilotwire_ads_bootstrap_snapshot_seq", Help: "Sequence of the snapshot the model started from (0: it read the stream).",
@@ -155,7 +159,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		Name: "pilotwire_xds_marshals_total", Help: "xDS resources marshalled (once per resource version, shared by every proxy).",
 	}, func() float64 { return float64(xdsgen.Marshals()) })
 	reg.MustRegister(marshals, m.routers, m.connections, m.pushes, m.rejects, m.expiredNonce, m.sendErrors, m.badRequests, m.shed,
-		m.badRecords, m.appliedSeq, m.snapshotSeq, m.snapshotUnusable, m.orders, m.orderSeqs, m.ordersDropped, m.responseBytes, m.registryErrors, m.registryWrites,
+		m.badRecords, m.appliedSeq, m.snapshotSeq, m.snapshotUnusable, m.compactRefused, m.orders, m.orderSeqs, m.ordersDropped, m.responseBytes, m.registryErrors, m.registryWrites,
 		m.deliveryDrops, m.admitRejects, m.admitWaiting, m.admitWait, m.convergence, m.pushTime, m.sendTime, m.configSize, m.deferred, m.reregistrations, m.doneErrors, m.doneMessages, m.generateErrors)
 	return m
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/pilotwire/pilotwire/internal/testkit/testutil"
 	"github.com/pilotwire/pilotwire/pkg/bus"
+	"github.com/pilotwire/pilotwire/pkg/model"
 	"github.com/pilotwire/pilotwire/pkg/snapshot"
 	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
 )
@@ -29,7 +30,8 @@ func TestFrontendFromSnapshot(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), testutil.DefaultTimeout)
 	defer cancel()
 	now := time.Now()
-	snap := snapshot.New(snapshot.Options{JS: f.js, Names: f.names, Retention: time.Hour, Now: func() time.Time { return now }})
+	// With compact forms, as the debouncer runs the snapshotter.
+	snap := snapshot.New(snapshot.Options{JS: f.js, Names: f.names, Retention: time.Hour, Now: func() time.Time { return now }, Model: model.CompactRecord})
 	defer snap.Close()
 
 	// History before the first snapshot: services come, change and go.
@@ -69,6 +71,27 @@ func TestFrontendFromSnapshot(t *testing.T) {
 	if st.State.Msgs >= st.State.LastSeq {
 		t.Fatalf("stream not compacted: %d records of %d", st.State.Msgs, st.State.LastSeq)
 	}
+	// The snapshot holds the compact forms the frontend starts from.
+	sst, err := snapshot.Open(ctx, f.js, f.names)
+	if err != nil || sst == nil {
+		t.Fatalf("open snapshots: %v", err)
+	}
+	newest, err := sst.Latest(ctx, 0, time.Time{})
+	if err != nil || newest == nil || newest.Seq != in.Seq {
+		t.Fatalf("newest snapshot %v (%v), want the one at %d", newest, err, in.Seq)
+	}
+	forms := 0
+	if err := sst.Read(ctx, *newest, func(r snapshot.Record) error {
+		if r.Model != nil {
+			forms++
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if forms != in.Objects {
+		t.Fatalf("snapshot of %d objects holds %d compact forms", in.Objects, forms)
+	}
 	// What follows the snapshot: the one started from it replays this only.
 	f.publish(t, pb.Op_OP_UPDATE, "discovery.k8s.io", "EndpointSlice", slice("web", "svc-3", 8080, "10.3.0.1"))
 	last := f.publish(t, pb.Op_OP_ADD, "", "Service", service("web", "svc-9", 99))
@@ -81,6 +104,9 @@ func TestFrontendFromSnapshot(t *testing.T) {
 	}
 	if got := full.gauge("pilotwire_ads_bootstrap_snapshot_seq"); got != 0 {
 		t.Fatalf("full-replay frontend started from snapshot %v", got)
+	}
+	if got := fromSnap.gauge("pilotwire_ads_snapshot_compact_forms_refused_total"); got != 0 {
+		t.Fatalf("%v compact forms refused", got)
 	}
 
 	for _, node := range []*core.Node{

@@ -8,6 +8,7 @@ import (
 
 	"github.com/pilotwire/pilotwire/pkg/bus"
 	"github.com/pilotwire/pilotwire/pkg/lease"
+	"github.com/pilotwire/pilotwire/pkg/model"
 	"github.com/pilotwire/pilotwire/pkg/snapshot"
 	"github.com/pilotwire/pilotwire/pkg/svc"
 )
@@ -42,6 +43,8 @@ func runSnapshotter(ctx context.Context, cfg Config, names bus.Names, d svc.Deps
 		JS: d.JS, Names: names, Stream: cfg.StreamOptions(),
 		Interval: cfg.SnapshotInterval, Retention: cfg.SnapshotRetention,
 		Log: log, Registerer: d.Reg,
+		// Frontends starting from a snapshot decode these instead of JSON.
+		Model: model.CompactRecord,
 	})
 	_ = el.Run(ctx, func(ctx context.Context) error {
 		// Each term starts afresh from the newest snapshot.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/pilotwire/pilotwire/internal/testkit/natstest"
 	"github.com/pilotwire/pilotwire/pkg/bus"
+	"github.com/pilotwire/pilotwire/pkg/model"
 	"github.com/pilotwire/pilotwire/pkg/snapshot"
 	"github.com/pilotwire/pilotwire/pkg/svc"
 	"github.com/pilotwire/pilotwire/services/ads"
@@ -45,7 +46,8 @@ func BenchmarkFrontendReplaySnapshot(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	sn := snapshot.New(snapshot.Options{JS: js, Names: names})
+	// As the debouncer runs the snapshotter: with compact forms.
+	sn := snapshot.New(snapshot.Options{JS: js, Names: names, Model: model.CompactRecord})
 	defer sn.Close()
 	in, err := sn.Step(ctx)
 	if err != nil {

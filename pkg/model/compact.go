@@ -1,0 +1,427 @@
+package model
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"google.golang.org/protobuf/proto"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
+)
+
+// A frontend that starts from a snapshot decodes every live object in
+// it, and Services and EndpointSlices are nearly all of them. Their JSON
+// was most of that start's CPU, so a snapshot also keeps, beside each
+// such record, its compact form: the record's key and what [Decode] made
+// of its object, in a binary layout read in one pass with a handful of
+// allocations. [DecodeCompact] gives back exactly what Decode gives
+// (FuzzCompactForm checks this); the snapshot keeps the record itself
+// too, for everything else that reads it.
+//
+// Layout: a version byte, the record's cluster, group, kind, namespace,
+// name, op, uid and resourceVersion, then a kind byte and the object.
+// Strings are a uvarint length and the bytes; an optional value is a
+// byte (0 absent, 1 present) and the value; a list or map is a uvarint
+// count plus one (0: nil) and its items; integers are varints.
+
+const (
+	compactVersion byte = 1
+	compactService byte = 1
+	compactSlice   byte = 2
+)
+
+// maxCompactItems bounds a count read from a compact form before it
+// sizes an allocation: no list is longer than the form's own bytes.
+func maxCompactItems(b []byte) uint64 { return uint64(len(b)) }
+
+// CompactForm returns the compact form of a change record that adds or
+// updates a Service or an EndpointSlice whose object decodes; nil for any
+// other record, which a snapshot then keeps as the record alone.
+func CompactForm(rec *pb.ChangeRecord) []byte {
+	if k := rec.GetRef().GetKind(); k != KindService && k != KindEndpointSlice {
+		return nil
+	}
+	d := Decode(rec)
+	if d.e == nil || d.err != nil || (d.e.svc == nil) == (d.e.slice == nil) {
+		return nil
+	}
+	w := compactWriter{b: make([]byte, 0, 64+len(rec.GetObject())/2)}
+	w.b = append(w.b, compactVersion)
+	for _, s := range []string{d.key.Cluster, d.key.Group, d.key.Kind, d.key.Namespace, d.key.Name} {
+		w.str(s)
+	}
+	w.b = binary.AppendUvarint(w.b, uint64(rec.GetOp()))
+	w.str(rec.GetUid())
+	w.str(rec.GetResourceVersion())
+	if svc := d.e.svc; svc != nil {
+		w.b = append(w.b, compactService)
+		w.service(svc)
+	} else {
+		w.b = append(w.b, compactSlice)
+		w.slice(d.e.slice)
+	}
+	return w.b
+}
+
+// CompactRecord is [CompactForm] of an encoded change record (nil when
+// it does not decode), for the snapshotter.
+func CompactRecord(data []byte) []byte {
+	var rec pb.ChangeRecord
+	if proto.Unmarshal(data, &rec) != nil {
+		return nil
+	}
+	return CompactForm(&rec)
+}
+
+type compactWriter struct{ b []byte }
+
+func (w *compactWriter) str(s string) {
+	w.b = binary.AppendUvarint(w.b, uint64(len(s)))
+	w.b = append(w.b, s...)
+}
+
+func (w *compactWriter) flag(set bool) {
+	if set {
+		w.b = append(w.b, 1)
+	} else {
+		w.b = append(w.b, 0)
+	}
+}
+
+func (w *compactWriter) optStr(p *string) {
+	w.flag(p != nil)
+	if p != nil {
+		w.str(*p)
+	}
+}
+
+// count writes a list's or map's length, nil apart from empty.
+func (w *compactWriter) count(n int, isNil bool) {
+	if isNil {
+		w.b = append(w.b, 0)
+		return
+	}
+	w.b = binary.AppendUvarint(w.b, uint64(n)+1)
+}
+
+func (w *compactWriter) int(v int64) { w.b = binary.AppendVarint(w.b, v) }
+
+func (w *compactWriter) strMap(m map[string]string) {
+	w.count(len(m), m == nil)
+	for k, v := range m {
+		w.str(k)
+		w.str(v)
+	}
+}
+
+func (w *compactWriter) service(svc *corev1.Service) {
+	w.strMap(svc.Annotations)
+	sp := &svc.Spec
+	w.str(string(sp.Type))
+	w.str(sp.ExternalName)
+	w.str(sp.ClusterIP)
+	w.count(len(sp.Ports), sp.Ports == nil)
+	for i := range sp.Ports {
+		p := &sp.Ports[i]
+		w.str(p.Name)
+		w.str(string(p.Protocol))
+		w.optStr(p.AppProtocol)
+		w.int(int64(p.Port))
+		w.int(int64(p.TargetPort.Type))
+		w.int(int64(p.TargetPort.IntVal))
+		w.str(p.TargetPort.StrVal)
+		w.int(int64(p.NodePort))
+	}
+}
+
+func (w *compactWriter) slice(sl *discoveryv1.EndpointSlice) {
+	w.strMap(sl.Labels)
+	w.str(string(sl.AddressType))
+	w.count(len(sl.Ports), sl.Ports == nil)
+	for i := range sl.Ports {
+		p := &sl.Ports[i]
+		w.optStr(p.Name)
+		w.flag(p.Protocol != nil)
+		if p.Protocol != nil {
+			w.str(string(*p.Protocol))
+		}
+		w.flag(p.Port != nil)
+		if p.Port != nil {
+			w.int(int64(*p.Port))
+		}
+		w.optStr(p.AppProtocol)
+	}
+	w.count(len(sl.Endpoints), sl.Endpoints == nil)
+	for i := range sl.Endpoints {
+		e := &sl.Endpoints[i]
+		w.count(len(e.Addresses), e.Addresses == nil)
+		for _, a := range e.Addresses {
+			w.str(a)
+		}
+		switch r := e.Conditions.Ready; {
+		case r == nil:
+			w.b = append(w.b, 0)
+		case *r:
+			w.b = append(w.b, 2)
+		default:
+			w.b = append(w.b, 1)
+		}
+		w.optStr(e.NodeName)
+		w.optStr(e.Zone)
+		w.flag(e.TargetRef != nil)
+		if r := e.TargetRef; r != nil {
+			w.str(r.Kind)
+			w.str(r.Namespace)
+			w.str(r.Name)
+		}
+	}
+}
+
+var errCompact = errors.New("malformed compact form")
+
+// compactReader reads a compact form: varints from b, strings as
+// substrings of s, one string holding all of b, so the strings of an
+// object share one allocation.
+type compactReader struct {
+	b   []byte
+	s   string
+	i   int
+	bad bool
+}
+
+func (r *compactReader) uvarint() uint64 {
+	if r.bad {
+		return 0
+	}
+	v, n := binary.Uvarint(r.b[r.i:])
+	if n <= 0 {
+		r.bad = true
+		return 0
+	}
+	r.i += n
+	return v
+}
+
+// varint reads what binary.AppendVarint wrote: a zig-zag uvarint.
+func (r *compactReader) varint() int64 {
+	u := r.uvarint()
+	v := int64(u >> 1)
+	if u&1 != 0 {
+		v = ^v
+	}
+	return v
+}
+
+func (r *compactReader) int32() int32 {
+	v := r.varint()
+	if v != int64(int32(v)) {
+		r.bad = true
+	}
+	return int32(v)
+}
+
+func (r *compactReader) byte() byte {
+	if r.bad || r.i >= len(r.b) {
+		r.bad = true
+		return 0
+	}
+	r.i++
+	return r.b[r.i-1]
+}
+
+func (r *compactReader) flag() bool {
+	switch r.byte() {
+	case 0:
+		return false
+	case 1:
+		return true
+	}
+	r.bad = true
+	return false
+}
+
+func (r *compactReader) str() string {
+	n := r.uvarint()
+	if r.bad || n > uint64(len(r.b)-r.i) {
+		r.bad = true
+		return ""
+	}
+	s := r.s[r.i : r.i+int(n)]
+	r.i += int(n)
+	return s
+}
+
+// count reads a length written by count: -1 for nil.
+func (r *compactReader) count() int {
+	n := r.uvarint()
+	if r.bad || n > maxCompactItems(r.b)+1 {
+		r.bad = true
+		return -1
+	}
+	return int(n) - 1
+}
+
+func (r *compactReader) strMap() map[string]string {
+	n := r.count()
+	if n < 0 {
+		return nil
+	}
+	m := make(map[string]string, n)
+	for range n {
+		k := r.str()
+		m[k] = r.str()
+	}
+	return m
+}
+
+// DecodeCompact decodes what [CompactForm] wrote into what [Decode] makes
+// of the record it was made from, ready for [Store.ApplyDecoded].
+func DecodeCompact(b []byte) (Decoded, error) {
+	r := compactReader{b: b, s: string(b)}
+	if r.byte() != compactVersion {
+		return Decoded{}, fmt.Errorf("%w: unknown version", errCompact)
+	}
+	var d Decoded
+	d.key = ObjectKey{Cluster: r.str(), Group: r.str(), Kind: r.str(), Namespace: r.str(), Name: r.str()}
+	op := r.uvarint()
+	rec := &pb.ChangeRecord{
+		Cluster: d.key.Cluster,
+		Ref:     &pb.ObjectRef{Group: d.key.Group, Kind: d.key.Kind, Namespace: d.key.Namespace, Name: d.key.Name},
+		Op:      pb.Op(int32(op)),
+		Uid:     r.str(), ResourceVersion: r.str(),
+	}
+	d.rec = rec
+	switch r.byte() {
+	case compactService:
+		d.e = &entry{svc: r.service()}
+	case compactSlice:
+		d.e = &entry{slice: r.slice()}
+	default:
+		r.bad = true
+	}
+	if r.bad || r.i != len(b) || (op != uint64(pb.Op_OP_ADD) && op != uint64(pb.Op_OP_UPDATE)) {
+		return Decoded{}, errCompact
+	}
+	return d, nil
+}
+
+func (r *compactReader) service() *corev1.Service {
+	svc := &corev1.Service{}
+	svc.Annotations = r.strMap()
+	sp := &svc.Spec
+	sp.Type = corev1.ServiceType(r.str())
+	sp.ExternalName = r.str()
+	sp.ClusterIP = r.str()
+	n := r.count()
+	if n < 0 {
+		return svc
+	}
+	sp.Ports = make([]corev1.ServicePort, n)
+	for i := range sp.Ports {
+		p := &sp.Ports[i]
+		p.Name = r.str()
+		p.Protocol = corev1.Protocol(r.str())
+		if r.flag() {
+			s := r.str()
+			p.AppProtocol = &s
+		}
+		p.Port = r.int32()
+		p.TargetPort = intstr.IntOrString{Type: intstr.Type(r.varint()), IntVal: r.int32(), StrVal: r.str()}
+		p.NodePort = r.int32()
+		if r.bad {
+			return svc
+		}
+	}
+	return svc
+}
+
+func (r *compactReader) slice() *discoveryv1.EndpointSlice {
+	sl := &discoveryv1.EndpointSlice{}
+	sl.Labels = r.strMap()
+	sl.AddressType = discoveryv1.AddressType(r.str())
+	if n := r.count(); n >= 0 {
+		sl.Ports = make([]discoveryv1.EndpointPort, n)
+		strs := make([]string, 0, 2*n) // names and app protocols
+		protos := make([]corev1.Protocol, 0, n)
+		nums := make([]int32, 0, n)
+		for i := range sl.Ports {
+			p := &sl.Ports[i]
+			if r.flag() {
+				strs = append(strs, r.str())
+				p.Name = &strs[len(strs)-1]
+			}
+			if r.flag() {
+				protos = append(protos, corev1.Protocol(r.str()))
+				p.Protocol = &protos[len(protos)-1]
+			}
+			if r.flag() {
+				nums = append(nums, r.int32())
+				p.Port = &nums[len(nums)-1]
+			}
+			if r.flag() {
+				strs = append(strs, r.str())
+				p.AppProtocol = &strs[len(strs)-1]
+			}
+			if r.bad {
+				return sl
+			}
+		}
+	}
+	n := r.count()
+	if n < 0 {
+		return sl
+	}
+	sl.Endpoints = make([]discoveryv1.Endpoint, n)
+	var (
+		addrs  []string
+		readys = make([]bool, 0, n)
+		strs   = make([]string, 0, 2*n) // node names and zones
+		refs   []corev1.ObjectReference
+	)
+	for i := range sl.Endpoints {
+		e := &sl.Endpoints[i]
+		if m := r.count(); m >= 0 {
+			if addrs == nil {
+				addrs = make([]string, 0, min(max(m, 1)*n, len(r.b)))
+			}
+			first := len(addrs)
+			for range m {
+				addrs = append(addrs, r.str())
+			}
+			// Full capacity: an append to one endpoint's addresses
+			// never writes into the next one's.
+			e.Addresses = addrs[first:len(addrs):len(addrs)]
+		}
+		switch r.byte() {
+		case 0:
+		case 1, 2:
+			readys = append(readys, r.b[r.i-1] == 2)
+			e.Conditions.Ready = &readys[len(readys)-1]
+		default:
+			r.bad = true
+		}
+		if r.flag() {
+			strs = append(strs, r.str())
+			e.NodeName = &strs[len(strs)-1]
+		}
+		if r.flag() {
+			strs = append(strs, r.str())
+			e.Zone = &strs[len(strs)-1]
+		}
+		if r.flag() {
+			if refs == nil {
+				refs = make([]corev1.ObjectReference, 0, n)
+			}
+			refs = append(refs, corev1.ObjectReference{Kind: r.str(), Namespace: r.str(), Name: r.str()})
+			e.TargetRef = &refs[len(refs)-1]
+		}
+		if r.bad {
+			return sl
+		}
+	}
+	return sl
+}

@@ -20,6 +20,7 @@ FUZZ_TARGETS := \
 	./services/ingest/manifest:FuzzParseManifest \
 	./pkg/model:FuzzApply \
 	./pkg/model:FuzzFastDecode \
+	./pkg/model:FuzzCompactForm \
 	./pkg/snapshot:FuzzDecode \
 	./pkg/bus:FuzzEscapeToken \
 	./pkg/debounce:FuzzBatchMerge \

@@ -126,6 +126,7 @@ func workloadLocality(pd *pod, cluster, nodeName, sliceZone string, nodes map[no
 // endpoints on it (by the slices' nodeName or their pods' spec.nodeName),
 // and ServiceEntries selecting pods.
 func (s *Store) nodeChanged(nk nodeKey) {
+	s.indexUsers()
 	for sk := range s.nodeUsers[nk] {
 		s.dirty[sk] = struct{}{}
 	}

@@ -1,6 +1,7 @@
 package model
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"testing"
 
@@ -51,6 +52,63 @@ func TestPodUsers(t *testing.T) {
 			}
 			if _, ok := got[pk]; ok != (len(want[pk]) > 0) {
 				t.Fatalf("step %d, pod %v: entry kept %v with %d users", step, pk, ok, len(want[pk]))
+			}
+		}
+	}
+}
+
+// TestUsersIndexBuiltLate: a store that builds its pod and node users
+// index only when the first pod or node comes builds the same meshes, after
+// every record of random histories of services, slices naming pods and
+// nodes, pods and nodes, as a store that keeps the index from the start.
+func TestUsersIndexBuiltLate(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	zones := []map[string]any{
+		{LabelRegion: "r1", LabelZone: "z1"},
+		{LabelRegion: "r2", LabelZone: "z2"},
+	}
+	pods := []string{"p0", "p1", "p2", "p3"}
+	nodes := []string{"n0", "n1"}
+	record := func() rec {
+		op := add
+		if r.IntN(4) == 0 {
+			op = del
+		}
+		switch r.IntN(4) {
+		case 0:
+			return op("c1", podOnNode("ns", pods[r.IntN(len(pods))], nodes[r.IntN(len(nodes))], map[string]any{"app": []string{"a", "b"}[r.IntN(2)], LabelLocality: []string{"", "rx.zx"}[r.IntN(2)]}))
+		case 1:
+			return op("c1", nodeObj(nodes[r.IntN(len(nodes))], zones[r.IntN(len(zones))]))
+		case 2:
+			var eps []ep
+			for i := range r.IntN(3) + 1 {
+				eps = append(eps, ep{addr: fmt.Sprintf("10.0.0.%d", i+1), node: pods[r.IntN(len(pods))]})
+			}
+			svc := []string{"web", "api"}[r.IntN(2)]
+			sl := podSlice("ns", fmt.Sprintf("%s-%d", svc, r.IntN(2)), svc, eps...)
+			if r.IntN(2) == 0 {
+				sl.Endpoints[0].NodeName = ptr(nodes[r.IntN(len(nodes))])
+			}
+			return op("c1", sl)
+		default:
+			return op("c1", service("ns", []string{"web", "api"}[r.IntN(2)], "10.9.0.1", svcPort{name: "http", port: 80}))
+		}
+	}
+	for history := range 200 {
+		late, early := NewStore(), NewStore()
+		early.indexUsers()
+		for i := range 1 + r.IntN(30) {
+			rc := record()
+			applyAll(t, late, rc)
+			applyAll(t, early, rc)
+			want, got := early.Snapshot(), late.Snapshot()
+			if d := cmp.Diff(want.Services, got.Services, ignoreMemo); d != "" {
+				t.Fatalf("history %d, record %d: (-index from the start +index built late):\n%s", history, i, d)
+			}
+			for _, svc := range want.Services {
+				if d := cmp.Diff(localitiesOf(want, svc.Hostname), localitiesOf(got, svc.Hostname)); d != "" {
+					t.Fatalf("history %d, record %d, %s localities (-index from the start +index built late):\n%s", history, i, svc.Hostname, d)
+				}
 			}
 		}
 	}

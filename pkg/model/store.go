@@ -47,8 +47,11 @@ type Store struct {
 	sliceOwner map[ObjectKey]serviceKey                              // the service a stored slice joins
 	pods       map[podKey]*pod
 	podUsers   podUsers // services whose slices name the pod, how many times
-	nodes      map[nodeKey]*node
-	nodeUsers  map[nodeKey]map[serviceKey]int // services whose slice endpoints name the node
+	// usersIndexed: podUsers and nodeUsers are built (indexUsers) and kept
+	// by every slice change.
+	usersIndexed bool
+	nodes        map[nodeKey]*node
+	nodeUsers    map[nodeKey]map[serviceKey]int // services whose slice endpoints name the node
 
 	// Istio config, rebuilt as a whole when any of it changes.
 	rules     map[ObjectKey]*storedRule
@@ -419,8 +422,11 @@ func (s *Store) insert(key ObjectKey, e *entry) {
 }
 
 // countPodUsers adds delta to the count of each pod and node the slice's
-// endpoints name, for service sk.
+// endpoints name, for service sk, once the users index is built.
 func (s *Store) countPodUsers(key ObjectKey, sl *discoveryv1.EndpointSlice, sk serviceKey, delta int) {
+	if !s.usersIndexed {
+		return
+	}
 	for _, ep := range sl.Endpoints {
 		if n := deref(ep.NodeName); n != "" {
 			countUser(s.nodeUsers, nodeKey{Cluster: key.Cluster, Name: n}, sk, delta)
@@ -434,9 +440,28 @@ func (s *Store) countPodUsers(key ObjectKey, sl *discoveryv1.EndpointSlice, sk s
 	}
 }
 
+// indexUsers builds the index of the pods and nodes each service's slices
+// name (podUsers, nodeUsers) from the slices stored, the first time a pod
+// or a node changes; from then on each slice change keeps it. Until a pod
+// or a node comes, nothing reads it: a replay of services and slices alone
+// (a file source, a mesh without pod records) never builds it, which was
+// half of applying its slices.
+func (s *Store) indexUsers() {
+	if s.usersIndexed {
+		return
+	}
+	s.usersIndexed = true
+	for sk, bySlice := range s.slices {
+		for id, sl := range bySlice {
+			s.countPodUsers(ObjectKey{Cluster: id.Cluster, Namespace: sk.Namespace}, sl, sk, 1)
+		}
+	}
+}
+
 // podChanged marks what reads the pod's labels: the services whose slices
 // name it, and ServiceEntries selecting workloads in its namespace.
 func (s *Store) podChanged(pk podKey) {
+	s.indexUsers()
 	s.podUsers.each(pk, func(sk serviceKey) { s.dirty[sk] = struct{}{} })
 	if s.entriesDirty {
 		return

@@ -150,6 +150,10 @@ func (l *inProcLab) Replay(ctx context.Context, prefix string) (time.Duration, e
 	return ready.Sub(start), err
 }
 
+func (l *inProcLab) Snapshot(ctx context.Context, prefix string) error {
+	return runner.WriteSnapshot(ctx, l.js, prefix)
+}
+
 func (l *inProcLab) Close() error { return nil }
 
 // runUntilReady runs a service until its health is ready, then stops it,
@@ -279,7 +283,7 @@ func TestBenchSmoke(t *testing.T) {
 	if rep.Configs[0].Bare == nil || rep.Configs[0].Bare.Err != "" {
 		t.Errorf("bare server: %+v", rep.Configs[0].Bare)
 	}
-	if r := rep.Records; r == nil || r.Err != "" || r.Records != 40 || r.Replay.N != 1 {
+	if r := rep.Records; r == nil || r.Err != "" || r.Records != 40 || r.Replay.N != 1 || r.ReplaySnapshot.N != 1 {
 		t.Errorf("records: %+v, want 40 records ingested and replayed", r)
 	}
 }
@@ -343,8 +347,8 @@ func TestBenchBinaries(t *testing.T) {
 			t.Errorf("%s: resident memory not measured: %+v", r.System, r)
 		}
 	}
-	if r := rep.Records; r == nil || r.Records != 40 {
-		t.Errorf("records: %+v, want 40", r)
+	if r := rep.Records; r == nil || r.Records != 40 || r.ReplaySnapshot.N != 1 {
+		t.Errorf("records: %+v, want 40, replayed from a snapshot once", r)
 	}
 	if !strings.Contains(stdout.String(), "| One endpoint changed, p99 |") {
 		t.Errorf("no table on stdout:\n%s", stdout.String())

@@ -105,6 +105,9 @@ type RecordsLab interface {
 	// Replay starts an ADS frontend on prefix, times it until ready (its
 	// model caught up with the stream), and stops it.
 	Replay(ctx context.Context, prefix string) (time.Duration, error)
+	// Snapshot writes a snapshot of prefix's change stream as the
+	// debouncer's snapshotter does, so that the next Replay starts from it.
+	Snapshot(ctx context.Context, prefix string) error
 	Close() error
 }
 

@@ -11,7 +11,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/pilotwire/pilotwire/pkg/bus"
+	"github.com/pilotwire/pilotwire/pkg/model"
 	"github.com/pilotwire/pilotwire/pkg/natsembed"
+	"github.com/pilotwire/pilotwire/pkg/snapshot"
 )
 
 // RecordsLab measures ingest and replay with bin/ingest and bin/ads on a
@@ -102,6 +104,23 @@ func (l *procLab) Replay(ctx context.Context, prefix string) (time.Duration, err
 		return 0, err
 	}
 	return ready, stopErr
+}
+
+func (l *procLab) Snapshot(ctx context.Context, prefix string) error {
+	return WriteSnapshot(ctx, l.js, prefix)
+}
+
+// WriteSnapshot writes a snapshot of prefix's change stream as the
+// debouncer's snapshotter does (with compact forms).
+func WriteSnapshot(ctx context.Context, js jetstream.JetStream, prefix string) error {
+	names, err := bus.NewNames(prefix)
+	if err != nil {
+		return err
+	}
+	sn := snapshot.New(snapshot.Options{JS: js, Names: names, Model: model.CompactRecord})
+	defer sn.Close()
+	_, err = sn.Step(ctx)
+	return err
 }
 
 func (l *procLab) Close() error {

@@ -138,6 +138,9 @@ type RecordsResult struct {
 	IngestEndToEnd stats.Summary `json:"ingest_end_to_end_per_s"`
 	Replay         stats.Summary `json:"replay_per_s"`
 	ReplayNet      stats.Summary `json:"replay_net_per_s"`
+	// Replay by a fresh ADS frontend from a snapshot of the same stream
+	// (as the debouncer's snapshotter writes it), process start to ready.
+	ReplaySnapshot stats.Summary `json:"replay_snapshot_per_s"`
 	EmptyStart     stats.Summary `json:"empty_start_s"`
 	Err            string        `json:"error,omitempty"`
 }

@@ -637,7 +637,7 @@ func (r *runner) records(ctx context.Context) *RecordsResult {
 	if err := m.WriteAll(dir); err != nil {
 		return fail(err)
 	}
-	var publish, e2e, replay, net, empty []float64
+	var publish, e2e, replay, net, empty, fromSnap []float64
 	for i := range r.cfg.RecordsRepeat {
 		prefix := fmt.Sprintf("rec%d", i)
 		run, err := r.cfg.Records.Ingest(ctx, prefix, dir)
@@ -662,11 +662,20 @@ func (r *runner) records(ctx context.Context) *RecordsResult {
 		if full > none {
 			net = append(net, float64(run.Records)/(full-none).Seconds())
 		}
-		r.printf("[records %s] %d records: ingest ready in %s (publish %.0f/s), replay ready in %s (empty stream %s)",
-			spec, run.Records, run.Ready.Round(time.Millisecond), last(publish), full.Round(time.Millisecond), none.Round(time.Millisecond))
+		if err := r.cfg.Records.Snapshot(ctx, prefix); err != nil {
+			return fail(err)
+		}
+		snap, err := r.cfg.Records.Replay(ctx, prefix)
+		if err != nil {
+			return fail(err)
+		}
+		fromSnap = append(fromSnap, float64(run.Records)/snap.Seconds())
+		r.printf("[records %s] %d records: ingest ready in %s (publish %.0f/s), replay ready in %s (empty stream %s, from a snapshot %s)",
+			spec, run.Records, run.Ready.Round(time.Millisecond), last(publish), full.Round(time.Millisecond), none.Round(time.Millisecond), snap.Round(time.Millisecond))
 	}
 	res.IngestPublish, res.IngestEndToEnd = stats.Summarize(publish), stats.Summarize(e2e)
 	res.Replay, res.ReplayNet, res.EmptyStart = stats.Summarize(replay), stats.Summarize(net), stats.Summarize(empty)
+	res.ReplaySnapshot = stats.Summarize(fromSnap)
 	return res
 }
 

@@ -1,12 +1,12 @@
 package ads
 
 import (
-	"github.com/pilotwire/pilotwire/pkg/model"
 	"runtime"
 	"time"
 
 	"github.com/spf13/pflag"
 
+	"github.com/pilotwire/pilotwire/pkg/model"
 	"github.com/pilotwire/pilotwire/pkg/svc"
 )
 

@@ -2,11 +2,11 @@ package pusher
 
 import (
 	"context"
-	resource "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"slices"
 	"strings"
 	"time"
 
+	resource "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 

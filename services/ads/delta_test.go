@@ -69,7 +69,7 @@ func (f *frontend) pushAll(t testing.TB, through uint64) []*pb.PushDone {
 // are there.
 // waitAcked waits until the frontend has taken the ACK of the clusters
 // and load assignments it sent to each of n proxies: until then a push to
-// a proxy waits for the ACK and is done as UNCHANGED.
+// a proxy waits for the ACK and is done as DEFERRED.
 func (f *frontend) waitAcked(t testing.TB, n int) {
 	t.Helper()
 	testutil.Eventually(t, "every proxy's clusters and endpoints ACKed", func() bool {

@@ -83,9 +83,9 @@ func TestDoneBatches(t *testing.T) {
 	}
 	for i, o := range batch.Orders {
 		// The clients have not ACKed their first response: their push is
-		// deferred until they do, and done as UNCHANGED.
+		// deferred until they do, and done as DEFERRED.
 		res, last := got[o.GetPushId()], i == len(batch.Orders)-1
-		if last && res != pb.PushDone_CONN_GONE || !last && res != pb.PushDone_UNCHANGED && res != pb.PushDone_SENT {
+		if last && res != pb.PushDone_CONN_GONE || !last && res != pb.PushDone_DEFERRED && res != pb.PushDone_SENT {
 			t.Errorf("order %d (%s) = %v", o.GetPushId(), o.GetConnId(), res)
 		}
 	}

@@ -196,7 +196,7 @@ func (c *conn) handleOrders(orders []orderRef) error {
 		pushID = max(pushID, o.order.GetPushId())
 	}
 	c.countOrderSeqs(orders)
-	sent := false
+	sent, deferred := false, false
 	var sendErr error
 	for _, t := range pushOrder {
 		w, ok := c.watches[t]
@@ -209,6 +209,7 @@ func (c *conn) handleOrders(orders []orderRef) error {
 			break
 		}
 		sent = sent || did
+		deferred = deferred || w.deferred
 	}
 	if sent {
 		var start time.Time
@@ -229,6 +230,8 @@ func (c *conn) handleOrders(orders []orderRef) error {
 		errText = sendErr.Error()
 	case sent:
 		res = pb.PushDone_SENT
+	case deferred:
+		res = pb.PushDone_DEFERRED
 	}
 	synced := c.syncedSeq()
 	for _, o := range orders {

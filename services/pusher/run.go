@@ -533,8 +533,11 @@ func (p *Pusher) addOrder(q *pushqueue.Queue[*request], batches map[string]*batc
 	p.m.orders.WithLabelValues(pushTypeOf(o)).Inc()
 }
 
+// succeeded reports whether the frontend took the order: it sent, had
+// nothing to send, or sends once the connection answers (DEFERRED); its
+// synced_seq says how far the connection is.
 func succeeded(r pb.PushDone_Result) bool {
-	return r == pb.PushDone_SENT || r == pb.PushDone_UNCHANGED
+	return r == pb.PushDone_SENT || r == pb.PushDone_UNCHANGED || r == pb.PushDone_DEFERRED
 }
 
 // endLocked forgets an order in flight.

@@ -34,6 +34,11 @@ const (
 	PushDone_CONN_GONE PushDone_Result = 3
 	// The frontend could not generate or send.
 	PushDone_FAILED PushDone_Result = 4
+	// Nothing was sent yet: a type the push touches waits for the
+	// connection's answer to its last response, and is sent when it comes
+	// (synced_seq does not claim the push until then). Pushers before this
+	// value read it as a failure and resync the connection later.
+	PushDone_DEFERRED PushDone_Result = 5
 )
 
 // Enum value maps for PushDone_Result.
@@ -44,6 +49,7 @@ var (
 		2: "UNCHANGED",
 		3: "CONN_GONE",
 		4: "FAILED",
+		5: "DEFERRED",
 	}
 	PushDone_Result_value = map[string]int32{
 		"RESULT_UNSPECIFIED": 0,
@@ -51,6 +57,7 @@ var (
 		"UNCHANGED":          2,
 		"CONN_GONE":          3,
 		"FAILED":             4,
+		"DEFERRED":           5,
 	}
 )
 
@@ -649,7 +656,7 @@ const file_pilotwire_v1_push_proto_rawDesc = "" +
 	"\x06pusher\x18\x02 \x01(\tR\x06pusher\x12\x14\n" +
 	"\x05shard\x18\x03 \x01(\tR\x05shard\x12%\n" +
 	"\x0elease_revision\x18\x04 \x01(\x04R\rleaseRevision\x12,\n" +
-	"\x12done_batch_subject\x18\x05 \x01(\tR\x10doneBatchSubject\"\x9a\x02\n" +
+	"\x12done_batch_subject\x18\x05 \x01(\tR\x10doneBatchSubject\"\xa8\x02\n" +
 	"\bPushDone\x12\x17\n" +
 	"\aconn_id\x18\x01 \x01(\tR\x06connId\x12\x17\n" +
 	"\apush_id\x18\x02 \x01(\x04R\x06pushId\x125\n" +
@@ -657,14 +664,15 @@ const file_pilotwire_v1_push_proto_rawDesc = "" +
 	"\n" +
 	"synced_seq\x18\x04 \x01(\x04R\tsyncedSeq\x12\x14\n" +
 	"\x05error\x18\x05 \x01(\tR\x05error\x12\x1a\n" +
-	"\bfrontend\x18\x06 \x01(\tR\bfrontend\"T\n" +
+	"\bfrontend\x18\x06 \x01(\tR\bfrontend\"b\n" +
 	"\x06Result\x12\x16\n" +
 	"\x12RESULT_UNSPECIFIED\x10\x00\x12\b\n" +
 	"\x04SENT\x10\x01\x12\r\n" +
 	"\tUNCHANGED\x10\x02\x12\r\n" +
 	"\tCONN_GONE\x10\x03\x12\n" +
 	"\n" +
-	"\x06FAILED\x10\x04\"Y\n" +
+	"\x06FAILED\x10\x04\x12\f\n" +
+	"\bDEFERRED\x10\x05\"Y\n" +
 	"\rPushDoneBatch\x12,\n" +
 	"\x05dones\x18\x01 \x03(\v2\x16.pilotwire.v1.PushDoneR\x05dones\x12\x1a\n" +
 	"\bfrontend\x18\x02 \x01(\tR\bfrontendB?Z=github.com/pilotwire/pilotwire/proto/pilotwire/v1;pilotwirev1b\x06proto3"

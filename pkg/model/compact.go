@@ -34,10 +34,6 @@ const (
 	compactSlice   byte = 2
 )
 
-// maxCompactItems bounds a count read from a compact form before it
-// sizes an allocation: no list is longer than the form's own bytes.
-func maxCompactItems(b []byte) uint64 { return uint64(len(b)) }
-
 // CompactForm returns the compact form of a change record that adds or
 // updates a Service or an EndpointSlice whose object decodes; nil for any
 // other record, which a snapshot then keeps as the record alone.
@@ -255,10 +251,12 @@ func (r *compactReader) str() string {
 	return s
 }
 
-// count reads a length written by count: -1 for nil.
+// count reads a length written by count: -1 for nil. It is bounded by
+// the form's own length before it sizes an allocation: no list has more
+// items than the form has bytes.
 func (r *compactReader) count() int {
 	n := r.uvarint()
-	if r.bad || n > maxCompactItems(r.b)+1 {
+	if r.bad || n > uint64(len(r.b))+1 {
 		r.bad = true
 		return -1
 	}

@@ -28,7 +28,7 @@ func (c *conn) syncedSeq() uint64 {
 func (c *conn) info() *pb.ConnectionInfo {
 	n := len(c.watches)
 	ws := make([]pb.Watch, n)
-	ts := make([]timestamppb.Timestamp, 2*n+1)
+	ts := make([]timestamppb.Timestamp, 2*n) // sent and acked of each
 	stamp := func(t time.Time) *timestamppb.Timestamp {
 		if t.IsZero() {
 			return nil

@@ -106,6 +106,7 @@ type follower struct {
 	// reads the last record of each subject even when there is a snapshot.
 	fullReplay, ignoreSnapshots bool
 	decoders                    int           // goroutines decoding records: a core each, less the apply loop's
+	compactRefusedLogged        atomic.Bool   // a refused compact form was logged (the decoders count every one)
 	quit                        chan struct{} // closed when following stops
 
 	// ahead is the decoders of the stage running now (loading a snapshot,
@@ -331,12 +332,17 @@ func (f *follower) lastSeq(ctx context.Context) (uint64, error) {
 func (f *follower) decode(r *decodedRecord, data []byte) {
 	if c := r.compact; c != nil {
 		r.compact = nil
-		if d, err := model.DecodeCompact(c); err == nil {
+		d, err := model.DecodeCompact(c)
+		if err == nil {
 			r.rec, r.d = d.Record(), d
 			return
 		}
-		// The record beside it says the same.
+		// The record beside it says the same. A snapshot that has one
+		// bad form likely has more: the first is logged, all counted.
 		f.metrics.compactRefused.Inc()
+		if f.compactRefusedLogged.CompareAndSwap(false, true) {
+			f.log.Warn("compact form in the snapshot refused: decoding the records beside such forms instead", "subject", r.subject, "seq", r.seq, "err", err)
+		}
 	}
 	rec := &pb.ChangeRecord{}
 	if err := proto.Unmarshal(data, rec); err != nil {

@@ -20,6 +20,7 @@ import (
 	"github.com/pilotwire/pilotwire/internal/testkit/testutil"
 	"github.com/pilotwire/pilotwire/pkg/bus"
 	"github.com/pilotwire/pilotwire/pkg/model"
+	"github.com/pilotwire/pilotwire/pkg/snapshot"
 	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
 )
 
@@ -90,6 +91,12 @@ func (e *followEnv) publishRaw(t *testing.T, ref *pb.ObjectRef, data []byte) uin
 // publishObject publishes a change record of obj (nil for a delete).
 func (e *followEnv) publishObject(t *testing.T, op pb.Op, ref *pb.ObjectRef, obj any) uint64 {
 	t.Helper()
+	return e.publishRecord(t, ref, objectRecord(t, op, ref, obj))
+}
+
+// objectRecord is a change record of obj (nil for a delete) in cluster c1.
+func objectRecord(t *testing.T, op pb.Op, ref *pb.ObjectRef, obj any) *pb.ChangeRecord {
+	t.Helper()
 	var body []byte
 	if obj != nil {
 		var err error
@@ -97,7 +104,7 @@ func (e *followEnv) publishObject(t *testing.T, op pb.Op, ref *pb.ObjectRef, obj
 			t.Fatal(err)
 		}
 	}
-	return e.publishRecord(t, ref, &pb.ChangeRecord{Cluster: "c1", Op: op, Ref: ref, Object: body, Uid: ref.GetName()})
+	return &pb.ChangeRecord{Cluster: "c1", Op: op, Ref: ref, Object: body, Uid: ref.GetName()}
 }
 
 func (e *followEnv) publishRecord(t *testing.T, subject *pb.ObjectRef, rec *pb.ChangeRecord) uint64 {
@@ -264,38 +271,15 @@ func TestFollowerAppliesInOrder(t *testing.T) {
 func TestFollowerStartsWithTheMeshBuilt(t *testing.T) {
 	e := newFollowEnv(t, false)
 	const services = 4000 // a build that takes long enough to be seen unfinished
-	var acks []jetstream.PubAckFuture
-	publish := func(ref *pb.ObjectRef, obj any) {
-		body, err := json.Marshal(obj)
-		if err != nil {
-			t.Fatal(err)
-		}
-		data, err := proto.Marshal(&pb.ChangeRecord{Cluster: "c1", Op: pb.Op_OP_ADD, Ref: ref, Object: body, Uid: ref.GetName()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		a, err := e.js.PublishAsync(e.names.ChangeSubject("c1", ref), data)
-		if err != nil {
-			t.Fatal(err)
-		}
-		acks = append(acks, a)
-	}
+	var recs []*pb.ChangeRecord
 	for i := range services {
 		name := fmt.Sprintf("svc-%d", i)
-		publish(serviceRef(name), service("shop", name, 80))
-		publish(sliceRef(name), slice("shop", name, 8080, fmt.Sprintf("10.1.%d.%d", i/250, i%250+1)))
+		recs = append(recs, objectRecord(t, pb.Op_OP_ADD, serviceRef(name), service("shop", name, 80)),
+			objectRecord(t, pb.Op_OP_ADD, sliceRef(name), slice("shop", name, 8080, fmt.Sprintf("10.1.%d.%d", i/250, i%250+1))))
 	}
+	natstest.PublishRecords(t, e.js, e.names, recs)
 	ctx, cancel := context.WithTimeout(context.Background(), testutil.DefaultTimeout)
 	defer cancel()
-	for _, a := range acks {
-		select {
-		case <-a.Ok():
-		case err := <-a.Err():
-			t.Fatal(err)
-		case <-ctx.Done():
-			t.Fatal(ctx.Err())
-		}
-	}
 	stop, err := e.f.start(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -306,5 +290,42 @@ func TestFollowerStartsWithTheMeshBuilt(t *testing.T) {
 	}
 	if got := len(e.f.store.Snapshot().Services); got != services {
 		t.Errorf("services after start = %d, want %d", got, services)
+	}
+}
+
+// TestFollowerFallsBackFromRefusedCompactForms: a snapshot whose compact
+// forms do not decode still starts the model right, from the records
+// beside them; every refused form is counted and the first one logged.
+func TestFollowerFallsBackFromRefusedCompactForms(t *testing.T) {
+	e := newFollowEnv(t, false)
+	e.publishObject(t, pb.Op_OP_ADD, serviceRef("good"), service("shop", "good", 80))
+	e.publishObject(t, pb.Op_OP_ADD, sliceRef("good"), slice("shop", "good", 8080, "10.1.0.1", "10.1.0.2"))
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.DefaultTimeout)
+	defer cancel()
+	garbled := func([]byte) []byte { return []byte{0xee, 1, 2} } // no version this reader knows
+	sn := snapshot.New(snapshot.Options{JS: e.js, Names: e.names, Model: garbled})
+	defer sn.Close()
+	if _, err := sn.Step(ctx); err != nil {
+		t.Fatal(err)
+	}
+	stop, err := e.f.start(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	if got, want := endpointsOf(e.f.store, "good"), []string{"10.1.0.1", "10.1.0.2"}; !slices.Equal(got, want) {
+		t.Errorf("endpoints after the start from the snapshot = %v, want %v", got, want)
+	}
+	if got := promtest.ToFloat64(e.f.metrics.compactRefused); got != 2 {
+		t.Errorf("pilotwire_ads_snapshot_compact_forms_refused_total = %v, want 2", got)
+	}
+	if got := promtest.ToFloat64(e.f.metrics.snapshotSeq); got == 0 {
+		t.Error("the frontend did not start from the snapshot")
+	}
+	e.log.mu.Lock()
+	logged := strings.Count(e.log.b.String(), "compact form in the snapshot refused")
+	e.log.mu.Unlock()
+	if logged != 1 {
+		t.Errorf("refused compact forms logged %d times, want once", logged)
 	}
 }

@@ -21,14 +21,11 @@ import (
 var discoveryRequestNamesField = (&discovery.DiscoveryRequest{}).ProtoReflect().Descriptor().
 	Fields().ByName("resource_names").Number()
 
-// nameTable holds resource names already seen, each checked for UTF-8.
-type nameTable struct{ t intern.Table }
+// nameTable holds resource names already seen, each checked for UTF-8
+// (intern.Table.Bytes).
+type nameTable struct{ intern.Table }
 
 func newNameTable() *nameTable { return &nameTable{} }
-
-// intern returns b as a string: the table's, or a new one it keeps. It
-// reports false for bytes that are not UTF-8.
-func (t *nameTable) intern(b []byte) (string, bool) { return t.t.Bytes(b) }
 
 // unmarshalRequest decodes b into req as proto.Unmarshal does, with the
 // resource names from the table. Anything it does not take as plainly
@@ -64,7 +61,7 @@ func (t *nameTable) unmarshalRequest(b []byte, req *discovery.DiscoveryRequest) 
 		m := protowire.ConsumeFieldValue(num, typ, rest[n:])
 		if num == discoveryRequestNamesField && typ == protowire.BytesType {
 			v, _ := protowire.ConsumeBytes(rest[n:])
-			s, ok := t.intern(v)
+			s, ok := t.Bytes(v)
 			if !ok {
 				return proto.Unmarshal(b, req)
 			}

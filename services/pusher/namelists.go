@@ -4,6 +4,8 @@ import (
 	"hash/maphash"
 	"slices"
 	"sync"
+
+	"github.com/pilotwire/pilotwire/pkg/intern"
 )
 
 // maxNameLists bounds the table of name lists; it starts over when full
@@ -32,9 +34,11 @@ type nameLists struct {
 	n     int                    // lists held; guarded by mu
 }
 
-// intern returns the table's list equal to names, keeping names as that
-// list when there is none.
-func (t *nameLists) intern(names []string) *nameList {
+// intern returns the table's list equal to names. When there is none it
+// keeps names as that list, each name first replaced by strs's copy: a
+// list already held has its strings interned, so alike entries cost a
+// hash of their names, not a lookup per name.
+func (t *nameLists) intern(names []string, strs *intern.Table) *nameList {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.lists == nil {
@@ -55,6 +59,9 @@ func (t *nameLists) intern(names []string) *nameList {
 	if t.n >= maxNameLists {
 		clear(t.lists)
 		t.n = 0
+	}
+	for i, n := range names {
+		names[i] = strs.String(n)
 	}
 	l := &nameList{names: names}
 	t.lists[k] = append(t.lists[k], l)

@@ -198,10 +198,7 @@ func (p *Pusher) internInfo(info *pb.ConnectionInfo) *nameList {
 			}
 			continue
 		}
-		for i, n := range w.Names {
-			w.Names[i] = t.String(n)
-		}
-		l := p.lists.intern(w.Names)
+		l := p.lists.intern(w.Names, t)
 		w.Names = l.names
 		if w.TypeUrl == resource.EndpointType {
 			edsWatches++

@@ -10,7 +10,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/pilotwire/pilotwire/internal/testkit/natstest"
 	"github.com/pilotwire/pilotwire/pkg/bus"
@@ -135,27 +134,7 @@ func replayStream(b *testing.B) (int, string, *nats.Conn, jetstream.JetStream, c
 	if _, err := bus.EnsureStream(ctx, js, names.ChangesConfig(bus.StreamOptions{})); err != nil {
 		b.Fatal(err)
 	}
-	var acks []jetstream.PubAckFuture
-	for _, r := range recs {
-		data, err := proto.Marshal(r)
-		if err != nil {
-			b.Fatal(err)
-		}
-		a, err := js.PublishAsync(names.ChangeSubject(r.GetCluster(), r.GetRef()), data)
-		if err != nil {
-			b.Fatal(err)
-		}
-		acks = append(acks, a)
-	}
-	for _, a := range acks {
-		select {
-		case <-a.Ok():
-		case err := <-a.Err():
-			b.Fatal(err)
-		case <-ctx.Done():
-			b.Fatal(ctx.Err())
-		}
-	}
+	natstest.PublishRecords(b, js, names, recs)
 	return len(recs), url, nc, js, ctx
 }
 

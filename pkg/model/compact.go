@@ -63,6 +63,11 @@ func CompactForm(rec *pb.ChangeRecord) []byte {
 	return w.b
 }
 
+// CompactKnown reports whether b is in a layout this build decodes (its
+// version byte). A form it reports is still refused by [DecodeCompact]
+// if malformed.
+func CompactKnown(b []byte) bool { return len(b) > 0 && b[0] == compactVersion }
+
 // CompactRecord is [CompactForm] of an encoded change record (nil when
 // it does not decode), for the snapshotter.
 func CompactRecord(data []byte) []byte {

@@ -12,9 +12,14 @@ import (
 // magic starts every encoded snapshot (format version 2: each entry ends
 // with the record's compact form, see Record.Model). Version 1, without
 // it, is still read.
+//
+// A view (magicView) is the same layout written for frontends: live
+// entries only, and an entry with a compact form carries an empty data
+// field, so a frontend reads and hashes a third of the bytes.
 const (
-	magic   = "PWSNAP2\n"
-	magicV1 = "PWSNAP1\n"
+	magic     = "PWSNAP2\n"
+	magicV1   = "PWSNAP1\n"
+	magicView = "PWVIEW1\n"
 )
 
 // maxField bounds one decoded field (subject, header, record): a change
@@ -39,10 +44,15 @@ type entry struct {
 
 // encode writes entries as: magic, then per entry uvarint seq, varint
 // unix nanos, a flags byte, and the subject, content, data and model form
-// each as uvarint length and bytes.
-func encode(w io.Writer, entries []entry) error {
+// each as uvarint length and bytes. A view (see magicView) leaves out
+// deleted entries and the data of entries that have a model form.
+func encode(w io.Writer, entries []entry, view bool) error {
 	bw := bufio.NewWriterSize(w, 256<<10)
-	if _, err := bw.WriteString(magic); err != nil {
+	head := magic
+	if view {
+		head = magicView
+	}
+	if _, err := bw.WriteString(head); err != nil {
 		return err
 	}
 	var buf [binary.MaxVarintLen64]byte
@@ -56,6 +66,15 @@ func encode(w io.Writer, entries []entry) error {
 	}
 	for _, e := range entries {
 		r := e.rec
+		data := r.Data
+		if view {
+			if e.flags&flagDeleted != 0 {
+				continue
+			}
+			if len(r.Model) > 0 {
+				data = nil
+			}
+		}
 		if err := putU(r.Seq); err != nil {
 			return err
 		}
@@ -71,7 +90,7 @@ func encode(w io.Writer, entries []entry) error {
 		if err := putB([]byte(r.Content)); err != nil {
 			return err
 		}
-		if err := putB(r.Data); err != nil {
+		if err := putB(data); err != nil {
 			return err
 		}
 		if err := putB(r.Model); err != nil {
@@ -81,7 +100,8 @@ func encode(w io.Writer, entries []entry) error {
 	return bw.Flush()
 }
 
-// decode reads what encode wrote and calls fn for each entry, in order.
+// decode reads what encode wrote and calls fn for each entry, in order
+// (from a view: Data nil where Model is set).
 // Sequences must grow. It reads varints and the subject and content from
 // the buffered reader's own buffer (Peek), so that each entry costs the
 // subject's and content's strings and the data's slice and nothing else;
@@ -92,10 +112,10 @@ func decode(r io.Reader, fn func(Record, byte) error) error {
 	if _, err := io.ReadFull(br, head); err != nil {
 		return fmt.Errorf("snapshot header: %w", err)
 	}
-	if string(head) != magic && string(head) != magicV1 {
+	if string(head) != magic && string(head) != magicV1 && string(head) != magicView {
 		return fmt.Errorf("not a snapshot (header %q)", head)
 	}
-	withModel := string(head) == magic
+	withModel, view := string(head) != magicV1, string(head) == magicView
 	d := decoder{br: br}
 	var last uint64
 	for i := 0; ; i++ {
@@ -147,6 +167,16 @@ func decode(r io.Reader, fn func(Record, byte) error) error {
 			}
 			if len(model) == 0 {
 				model = nil
+			}
+		}
+		if view {
+			switch {
+			case flags&flagDeleted != 0:
+				return fail(errors.New("deleted entry in a view"))
+			case model != nil && len(data) > 0:
+				return fail(errors.New("view entry with both data and a model form"))
+			case model != nil:
+				data = nil
 			}
 		}
 		if err := fn(Record{Subject: subj, Seq: seq, Time: time.Unix(0, nanos).UTC(), Content: content, Data: data, Model: model}, flags); err != nil {

@@ -38,7 +38,7 @@ func decodeAll(b []byte) ([]entry, error) {
 func TestCodecFieldsAndTruncation(t *testing.T) {
 	want := codecEntries()
 	var buf bytes.Buffer
-	if err := encode(&buf, want); err != nil {
+	if err := encode(&buf, want, false); err != nil {
 		t.Fatal(err)
 	}
 	enc := buf.Bytes()
@@ -52,7 +52,7 @@ func TestCodecFieldsAndTruncation(t *testing.T) {
 	boundaries := map[int]bool{len(magic): true, len(enc): true}
 	for i := range want {
 		var b bytes.Buffer
-		if err := encode(&b, want[:i+1]); err != nil {
+		if err := encode(&b, want[:i+1], false); err != nil {
 			t.Fatal(err)
 		}
 		boundaries[b.Len()] = true
@@ -77,7 +77,12 @@ func TestCodecFieldsAndTruncation(t *testing.T) {
 // something that decodes to the same entries.
 func FuzzDecode(f *testing.F) {
 	var buf bytes.Buffer
-	if err := encode(&buf, codecEntries()[:1]); err != nil {
+	if err := encode(&buf, codecEntries()[:1], false); err != nil {
+		f.Fatal(err)
+	}
+	f.Add(buf.Bytes())
+	buf.Reset()
+	if err := encode(&buf, codecEntries(), true); err != nil {
 		f.Fatal(err)
 	}
 	f.Add(buf.Bytes())
@@ -89,7 +94,7 @@ func FuzzDecode(f *testing.F) {
 			return
 		}
 		var again bytes.Buffer
-		if err := encode(&again, got); err != nil {
+		if err := encode(&again, got, bytes.HasPrefix(b, []byte(magicView))); err != nil {
 			t.Fatal(err)
 		}
 		back, err := decodeAll(again.Bytes())
@@ -132,5 +137,37 @@ func TestCodecReadsVersion1(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, got, cmp.AllowUnexported(entry{})); diff != "" {
 		t.Fatalf("version 1 read back (-want +got):\n%s", diff)
+	}
+}
+
+// TestCodecView: a view holds the live entries only, and an entry with a
+// model form comes without its data; one without a form keeps its data.
+// A view that holds a deleted entry, or data beside a form, is refused.
+func TestCodecView(t *testing.T) {
+	var buf bytes.Buffer
+	if err := encode(&buf, codecEntries(), true); err != nil {
+		t.Fatal(err)
+	}
+	got, err := decodeAll(buf.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := codecEntries()[:2]
+	want[0].rec.Data = nil // it has a form
+	if diff := cmp.Diff(want, got, cmp.AllowUnexported(entry{})); diff != "" {
+		t.Fatalf("view read back (-want +got):\n%s", diff)
+	}
+	for name, entries := range map[string][]entry{
+		"deleted entry":      codecEntries()[2:],
+		"data beside a form": codecEntries()[:1],
+	} {
+		var full bytes.Buffer
+		if err := encode(&full, entries, false); err != nil {
+			t.Fatal(err)
+		}
+		b := append([]byte(magicView), full.Bytes()[len(magic):]...)
+		if _, err := decodeAll(b); err == nil {
+			t.Errorf("a view with a %s decoded without an error", name)
+		}
 	}
 }

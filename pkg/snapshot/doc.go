@@ -14,6 +14,11 @@
 // snapshots are removed. The stream then holds every live object's last
 // record, plus the history of the window.
 //
+// With compact forms (Options.Model), each snapshot also gets a view for
+// frontends: the same live records, a record's compact form standing in
+// for the record where it has one (Store.ReadView; Read is the snapshot
+// itself, which every other reader uses and frontends fall back to).
+//
 // Set is the pure core (records in, live set and purge plan out); the
 // codec and the object store I/O are around it.
 package snapshot

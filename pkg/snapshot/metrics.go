@@ -12,6 +12,7 @@ type metrics struct {
 	horizon      prometheus.Gauge
 	objects      prometheus.Gauge
 	bytes        prometheus.Gauge
+	viewBytes    prometheus.Gauge
 	writeSeconds prometheus.Histogram
 }
 
@@ -24,7 +25,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "pilotwire_snapshot_deletes_total", Help: "Snapshots removed by compaction.",
 		}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "pilotwire_snapshot_errors_total", Help: "Snapshotter failures by step (write, delete, purge, gap); a failure ends the term, which starts again.",
+			Name: "pilotwire_snapshot_errors_total", Help: "Snapshotter failures by step (write, view, delete, purge, gap); a failure ends the term, which starts again, except a view's (frontends then read the snapshot itself).",
 		}, []string{"op"}),
 		purged: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pilotwire_snapshot_purged_subjects_total", Help: "Subjects compacted: deleted (every record of a deleted object) or superseded (a live object's records before its last).",
@@ -44,12 +45,15 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		bytes: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "pilotwire_snapshot_bytes", Help: "Size of the newest snapshot.",
 		}),
+		viewBytes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "pilotwire_snapshot_view_bytes", Help: "Size of the newest snapshot's view (what frontends read: compact forms instead of records).",
+		}),
 		writeSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "pilotwire_snapshot_write_seconds", Help: "Time to write one snapshot.", Buckets: prometheus.ExponentialBuckets(0.01, 2, 12),
 		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.writes, m.deleted, m.errors, m.purged, m.lastSeq, m.appliedSeq, m.horizon, m.objects, m.bytes, m.writeSeconds)
+		reg.MustRegister(m.writes, m.deleted, m.errors, m.purged, m.lastSeq, m.appliedSeq, m.horizon, m.objects, m.bytes, m.viewBytes, m.writeSeconds)
 	}
 	return m
 }

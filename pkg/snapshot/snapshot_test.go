@@ -3,6 +3,7 @@ package snapshot
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -214,7 +215,7 @@ func TestCodecRoundTrip(t *testing.T) {
 		}
 	}
 	var buf bytes.Buffer
-	if err := encode(&buf, set.entries()); err != nil {
+	if err := encode(&buf, set.entries(), false); err != nil {
 		t.Fatal(err)
 	}
 	back := NewSet()
@@ -312,5 +313,101 @@ func TestLatestWhenLastMessageLookupFails(t *testing.T) {
 	in, err := st.Latest(lctx, 0, time.Time{})
 	if err != nil || in != nil {
 		t.Fatalf("Latest on an empty bucket = %v, %v; want none and no error", in, err)
+	}
+}
+
+// TestSnapshotView: with compact forms, each snapshot gets a view holding
+// the same live records at the same sequences, a form instead of the data
+// where there is one; compaction removes a snapshot's view with it, and a
+// view whose snapshot is gone; a snapshot written without forms has none.
+func TestSnapshotView(t *testing.T) {
+	f := newFixture(t)
+	a1 := f.put("a", pb.Op_OP_ADD, "a1")
+	f.put("b", pb.Op_OP_ADD, "b1")
+	f.put("b", pb.Op_OP_DELETE, "b1")
+	c1 := f.put("c", pb.Op_OP_ADD, "c1")
+	form := func(data []byte) []byte {
+		var rec pb.ChangeRecord
+		if err := proto.Unmarshal(data, &rec); err != nil || rec.GetRef().GetName() == "c" {
+			return nil // c has none
+		}
+		return append([]byte("form:"), rec.GetObject()...)
+	}
+	s := New(Options{JS: f.js, Names: f.names, Retention: time.Hour, Now: func() time.Time { return f.now }, Model: form})
+	t.Cleanup(s.Close)
+	var st *Store
+	step := func(s *Snapshotter) Info {
+		t.Helper()
+		if _, err := s.Step(f.ctx); err != nil {
+			t.Fatal(err)
+		}
+		var err error
+		if st, err = Open(f.ctx, f.js, f.names); err != nil || st == nil {
+			t.Fatalf("Open = %v, %v", st, err)
+		}
+		in, err := st.Latest(f.ctx, 0, time.Time{})
+		if err != nil || in == nil {
+			t.Fatalf("Latest = %v, %v", in, err)
+		}
+		return *in
+	}
+	first := step(s)
+	type rec struct {
+		Seq         uint64
+		Data, Model string
+	}
+	read := func(in Info) map[string]rec {
+		t.Helper()
+		got := make(map[string]rec)
+		if err := st.ReadView(f.ctx, in, func(r Record) error {
+			got[r.Subject] = rec{Seq: r.Seq, Data: string(r.Data), Model: string(r.Model)}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	cData, err := proto.Marshal(&pb.ChangeRecord{Cluster: "c1", Ref: &pb.ObjectRef{Version: "v1", Kind: "Service", Namespace: "ns", Name: "c"}, Op: pb.Op_OP_ADD, Object: []byte("c1")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]rec{
+		f.subject("a"): {Seq: a1, Model: "form:a1"},
+		f.subject("c"): {Seq: c1, Data: string(cData)},
+	}
+	if diff := cmp.Diff(want, read(first)); diff != "" {
+		t.Fatalf("view (-want +got):\n%s", diff)
+	}
+
+	// The next snapshot has its own view; past the window the first
+	// snapshot goes, and its view with it.
+	a2 := f.put("a", pb.Op_OP_UPDATE, "a2")
+	f.now = f.now.Add(2 * time.Hour)
+	second := step(s)
+	want[f.subject("a")] = rec{Seq: a2, Model: "form:a2"}
+	if diff := cmp.Diff(want, read(second)); diff != "" {
+		t.Fatalf("second view (-want +got):\n%s", diff)
+	}
+	if err := st.ReadView(f.ctx, first, func(Record) error { return nil }); !errors.Is(err, ErrNoView) {
+		t.Errorf("the first snapshot's view after compaction: %v, want ErrNoView", err)
+	}
+
+	// A view left without its snapshot (removed by a snapshotter from
+	// before views) is removed by the next compaction.
+	if err := st.os.Delete(f.ctx, second.Name); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.compact(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.os.GetInfo(f.ctx, viewName(second)); !errors.Is(err, jetstream.ErrObjectNotFound) {
+		t.Errorf("orphan view after compaction: %v, want not found", err)
+	}
+
+	// Without forms there is no view, and readers are told so.
+	f.put("d", pb.Op_OP_ADD, "d1")
+	third := step(f.snapshotter())
+	if err := st.ReadView(f.ctx, third, func(Record) error { return nil }); !errors.Is(err, ErrNoView) {
+		t.Errorf("ReadView of a snapshot without forms: %v, want ErrNoView", err)
 	}
 }

@@ -279,16 +279,39 @@ func (s *Snapshotter) cycle(ctx context.Context) error {
 		s.metrics.bytes.Set(float64(in.Size))
 		s.metrics.writeSeconds.Observe(took.Seconds())
 		s.log.Info("snapshot written", "seq", in.Seq, "objects", in.Objects, "deleted_subjects", s.set.Deleted(), "bytes", in.Size, "took", took.Round(time.Millisecond))
+		s.writeView(ctx, in)
 	}
 	return s.compact(ctx)
+}
+
+// writeView writes the frontends' view of the snapshot just written, when
+// records have compact forms. A failure costs frontends speed, not
+// correctness (they read the snapshot itself), so it is logged and
+// counted and the cycle goes on; the next snapshot has its own view.
+func (s *Snapshotter) writeView(ctx context.Context, in Info) {
+	if s.opts.Model == nil {
+		return
+	}
+	began := time.Now()
+	size, err := s.store.WriteView(ctx, s.set, in)
+	if err != nil {
+		s.metrics.errors.WithLabelValues("view").Inc()
+		s.log.Warn("snapshot view not written: frontends read the snapshot itself", "seq", in.Seq, "err", err)
+		return
+	}
+	s.metrics.viewBytes.Set(float64(size))
+	s.log.Info("snapshot view written", "seq", in.Seq, "bytes", size, "took", time.Since(began).Round(time.Millisecond))
 }
 
 // compact keeps snapshots about Retention/8 apart within the window plus
 // the newest one older than it (the horizon), removes the others, and
 // purges what no point after the horizon needs.
 func (s *Snapshotter) compact(ctx context.Context) error {
-	all, err := s.store.List(ctx)
+	all, views, err := s.store.list(ctx)
 	if err != nil {
+		return err
+	}
+	if err := s.dropOrphanViews(ctx, all, views); err != nil {
 		return err
 	}
 	edge := s.opts.Now().Add(-s.opts.Retention)
@@ -348,6 +371,26 @@ func (s *Snapshotter) compact(ctx context.Context) error {
 	if len(plan) > 0 {
 		s.log.Info("compacted the change stream", "horizon_seq", horizon.Seq, "horizon_time", horizon.Time,
 			"deleted_subjects_purged", deleted, "live_subjects_compacted", superseded, "limited", len(plan) == s.opts.MaxPurges)
+	}
+	return nil
+}
+
+// dropOrphanViews removes views whose snapshot is gone (removed by a
+// snapshotter from before views, which left them).
+func (s *Snapshotter) dropOrphanViews(ctx context.Context, all []Info, views []string) error {
+	have := make(map[string]bool, len(all))
+	for _, in := range all {
+		have[viewName(in)] = true
+	}
+	for _, name := range views {
+		if have[name] {
+			continue
+		}
+		if err := s.store.deleteObject(ctx, name); err != nil {
+			s.metrics.errors.WithLabelValues("delete").Inc()
+			return err
+		}
+		s.log.Info("removed a snapshot view without its snapshot", "view", name)
 	}
 	return nil
 }

@@ -35,6 +35,16 @@ type Info struct {
 // names sort by sequence.
 const namePrefix = "changes-"
 
+// viewPrefix names a snapshot's view (see magicView): view-<the same 20
+// digits>. A snapshot may have none (written before views, or its view's
+// write failed); readers then read the snapshot itself.
+const viewPrefix = "view-"
+
+// ErrNoView is returned by ReadView for a snapshot without a view.
+var ErrNoView = errors.New("snapshot has no view")
+
+func viewName(in Info) string { return viewPrefix + strings.TrimPrefix(in.Name, namePrefix) }
+
 // horizonName is the object holding the horizon: the sequence of the
 // oldest snapshot kept once compaction has purged anything. Points of the
 // history before it cannot be rebuilt exactly.
@@ -73,6 +83,13 @@ const listTimeout = 30 * time.Second
 
 // List returns the stored snapshots, oldest first.
 func (s *Store) List(ctx context.Context) ([]Info, error) {
+	out, _, err := s.list(ctx)
+	return out, err
+}
+
+// list returns the stored snapshots, oldest first, and the names of the
+// stored views.
+func (s *Store) list(ctx context.Context) ([]Info, []string, error) {
 	// nats.go's List ends an empty listing only when the bucket's
 	// last-message lookup answers "not found"; any other answer (no
 	// responders on a bucket whose replicas are still starting, a denied
@@ -81,22 +98,26 @@ func (s *Store) List(ctx context.Context) ([]Info, error) {
 	// descriptions first, and a listing is bounded.
 	n, err := s.descriptions(ctx)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if n == 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
 	lctx, cancel := context.WithTimeout(ctx, listTimeout)
 	defer cancel()
 	objs, err := s.os.List(lctx)
 	if errors.Is(err, jetstream.ErrNoObjectsFound) {
-		return nil, nil
+		return nil, nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("list snapshots: %w", err)
+		return nil, nil, fmt.Errorf("list snapshots: %w", err)
 	}
 	var out []Info
+	var views []string
 	for _, o := range objs {
+		if !o.Deleted && strings.HasPrefix(o.Name, viewPrefix) {
+			views = append(views, o.Name)
+		}
 		if o.Deleted || !strings.HasPrefix(o.Name, namePrefix) {
 			continue
 		}
@@ -110,7 +131,7 @@ func (s *Store) List(ctx context.Context) ([]Info, error) {
 		out = append(out, Info{Name: o.Name, Seq: seq, Time: at, Objects: n, Subjects: subjects, Size: o.Size})
 	}
 	slices.SortFunc(out, func(a, b Info) int { return compareSeq(a.Seq, b.Seq) })
-	return out, nil
+	return out, views, nil
 }
 
 // descriptions counts the object descriptions (one per live or deleted
@@ -168,6 +189,26 @@ func (s *Store) ReadSubjects(ctx context.Context, in Info, prefix string, fn fun
 	})
 }
 
+// ReadView calls fn for every record of a snapshot's view, in sequence
+// order: the same live records as Read, but a record with a compact form
+// comes with Record.Model and no Data. It returns ErrNoView when the
+// snapshot has no view. A reader that cannot use a Model form must read
+// the snapshot itself (Read), which has the record beside it.
+func (s *Store) ReadView(ctx context.Context, in Info, fn func(Record) error) error {
+	r, err := s.os.Get(ctx, viewName(in))
+	if errors.Is(err, jetstream.ErrObjectNotFound) {
+		return ErrNoView
+	}
+	if err != nil {
+		return fmt.Errorf("get snapshot view %s: %w", viewName(in), err)
+	}
+	defer r.Close()
+	if err := decode(r, func(r Record, _ byte) error { return fn(r) }); err != nil {
+		return fmt.Errorf("read snapshot view %s: %w", viewName(in), err)
+	}
+	return nil
+}
+
 func (s *Store) read(ctx context.Context, in Info, fn func(Record, byte) error) error {
 	r, err := s.os.Get(ctx, in.Name)
 	if err != nil {
@@ -195,13 +236,39 @@ func (s *Store) loadSet(ctx context.Context, in Info) (*Set, error) {
 func (s *Store) Write(ctx context.Context, set *Set) (Info, error) {
 	entries := set.entries()
 	in := Info{Name: fmt.Sprintf("%s%020d", namePrefix, set.Seq()), Seq: set.Seq(), Time: set.Time(), Objects: set.Len(), Subjects: len(entries)}
+	size, err := s.put(ctx, in, in.Name, "pilotwire change-stream snapshot", entries, false)
+	if err != nil {
+		return Info{}, fmt.Errorf("write snapshot %s: %w", in.Name, err)
+	}
+	in.Size = size
+	return in, nil
+}
+
+// WriteView stores the view of the snapshot in (written by Write from
+// the same set, unchanged since) and returns its size. Write it after
+// the snapshot: a reader that finds the snapshot before its view reads
+// the snapshot itself.
+func (s *Store) WriteView(ctx context.Context, set *Set, in Info) (uint64, error) {
+	if set.Seq() != in.Seq {
+		return 0, fmt.Errorf("view of snapshot %s: the set is at seq %d", in.Name, set.Seq())
+	}
+	size, err := s.put(ctx, in, viewName(in), "pilotwire change-stream snapshot view (compact forms, for frontends)", set.entries(), true)
+	if err != nil {
+		return 0, fmt.Errorf("write snapshot view %s: %w", viewName(in), err)
+	}
+	return size, nil
+}
+
+// put encodes entries into the object name, described by in's metadata.
+// The object becomes visible only once complete.
+func (s *Store) put(ctx context.Context, in Info, name, desc string, entries []entry, view bool) (uint64, error) {
 	pr, pw := io.Pipe()
 	encoded := make(chan struct{})
-	go func() { defer close(encoded); pw.CloseWithError(encode(pw, entries)) }()
+	go func() { defer close(encoded); pw.CloseWithError(encode(pw, entries, view)) }()
 	defer func() { <-encoded }()
 	oi, err := s.os.Put(ctx, jetstream.ObjectMeta{
-		Name:        in.Name,
-		Description: "pilotwire change-stream snapshot",
+		Name:        name,
+		Description: desc,
 		Metadata: map[string]string{
 			"seq":      strconv.FormatUint(in.Seq, 10),
 			"time":     in.Time.UTC().Format(time.RFC3339Nano),
@@ -211,16 +278,23 @@ func (s *Store) Write(ctx context.Context, set *Set) (Info, error) {
 	}, pr)
 	pr.CloseWithError(errors.New("put ended")) // lets the encoder return if Put stopped early
 	if err != nil {
-		return Info{}, fmt.Errorf("write snapshot %s: %w", in.Name, err)
+		return 0, err
 	}
-	in.Size = oi.Size
-	return in, nil
+	return oi.Size, nil
 }
 
-// Delete removes a snapshot.
+// Delete removes a snapshot and its view. The view goes first: a
+// snapshot left without one is still read whole.
 func (s *Store) Delete(ctx context.Context, in Info) error {
-	if err := s.os.Delete(ctx, in.Name); err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
-		return fmt.Errorf("delete snapshot %s: %w", in.Name, err)
+	if err := s.deleteObject(ctx, viewName(in)); err != nil {
+		return err
+	}
+	return s.deleteObject(ctx, in.Name)
+}
+
+func (s *Store) deleteObject(ctx context.Context, name string) error {
+	if err := s.os.Delete(ctx, name); err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
+		return fmt.Errorf("delete snapshot object %s: %w", name, err)
 	}
 	return nil
 }

@@ -137,6 +137,8 @@ type decodedRecord struct {
 	mdErr      error            // the message has no metadata; nothing below is set
 	pbErr      error            // not a ChangeRecord; rec and d are not set
 	compact    []byte           // the record's compact form from a snapshot, decoded instead of the record
+	fromView   bool             // from a snapshot's view: compact comes without the record
+	formErr    error            // from a view: compact did not decode; nothing else is set
 	rec        *pb.ChangeRecord // the decoded record
 	d          model.Decoded    // rec with its object decoded
 }
@@ -290,29 +292,77 @@ func (f *follower) loadSnapshot(ctx context.Context, firstSeq, lastSeq uint64) (
 		// it would miss them. Counted and logged as unusable by the caller.
 		return nil, fmt.Errorf("the change stream lost the records after the newest snapshot (snapshot at seq %d, the stream starts at %d)", in.Seq, firstSeq)
 	}
-	// Decoded by the decoders, applied on one goroutine in the snapshot's
-	// order. A read that fails part way leaves what it sent applied.
+	// The snapshot's view first: its compact forms without the records
+	// beside them, a third of the bytes to fetch, hash and copy. Without
+	// one, or when it cannot be used, the snapshot itself. What a view
+	// applied before it stopped stays applied: the snapshot holds the
+	// same records at the same sequences, and the store skips those at
+	// or below what it applied.
+	err = f.applySnapshot(func(fn func(snapshot.Record) error) error { return st.ReadView(ctx, *in, fn) }, true)
+	switch {
+	case err == nil:
+		f.metrics.bootstrapView.Set(1)
+		return in, nil
+	case errors.Is(err, snapshot.ErrNoView):
+	case ctx.Err() != nil:
+		return nil, err
+	default:
+		f.metrics.snapshotViewUnusable.Inc()
+		f.log.Warn("snapshot view not usable; reading the snapshot itself", "snapshot", in.Name, "err", err)
+	}
+	if err := f.applySnapshot(func(fn func(snapshot.Record) error) error { return st.Read(ctx, *in, fn) }, false); err != nil {
+		return nil, fmt.Errorf("load snapshot: %w", err)
+	}
+	return in, nil
+}
+
+// applySnapshot applies what read gives: decoded by the decoders, applied
+// on one goroutine in the snapshot's order. A read that fails part way
+// leaves what it sent applied. From a view (a compact form without its
+// record), a form this build cannot decode ends the read: nothing from it
+// on is applied, so the snapshot itself can take over from there.
+func (f *follower) applySnapshot(read func(fn func(snapshot.Record) error) error, view bool) error {
 	quit := make(chan struct{})
 	ahead := newDecodeAhead(f.decoders, followQueue, quit, f.decode)
 	f.ahead.Store(ahead)
+	var refused atomic.Pointer[decodedRecord] // from a view: the first form refused
 	applied := make(chan struct{})
 	go func() {
 		defer close(applied)
-		ahead.each(func(r *decodedRecord) { f.applyDecoded(r) })
+		ahead.each(func(r *decodedRecord) {
+			switch {
+			case refused.Load() != nil:
+			case r.formErr != nil:
+				refused.Store(r)
+			default:
+				f.applyDecoded(r)
+			}
+		})
 	}()
-	err = st.Read(ctx, *in, func(r snapshot.Record) error {
-		ahead.send(decodedRecord{subject: r.Subject, seq: r.Seq, compact: r.Model}, r.Data) // quit is closed only below
+	err := read(func(r snapshot.Record) error {
+		if view {
+			if refused.Load() != nil {
+				return errViewRefused
+			}
+			if r.Model != nil && !model.CompactKnown(r.Model) {
+				return fmt.Errorf("compact form of %s (seq %d) in a layout this frontend does not read (version byte %d)", r.Subject, r.Seq, r.Model[0])
+			}
+		}
+		ahead.send(decodedRecord{subject: r.Subject, seq: r.Seq, compact: r.Model, fromView: view}, r.Data) // quit is closed only below
 		return nil
 	})
 	ahead.closeInput()
 	<-applied
 	ahead.wait()
 	close(quit)
-	if err != nil {
-		return nil, fmt.Errorf("load snapshot: %w", err)
+	if r := refused.Load(); r != nil && (err == nil || errors.Is(err, errViewRefused)) {
+		err = fmt.Errorf("compact form of %s (seq %d) refused: %w", r.subject, r.seq, r.formErr)
 	}
-	return in, nil
+	return err
 }
+
+// errViewRefused ends the read of a view once a form was refused.
+var errViewRefused = errors.New("a compact form was refused")
 
 // lastSeq reads the change stream's last sequence.
 func (f *follower) lastSeq(ctx context.Context) (uint64, error) {
@@ -335,6 +385,11 @@ func (f *follower) decode(r *decodedRecord, data []byte) {
 		d, err := model.DecodeCompact(c)
 		if err == nil {
 			r.rec, r.d = d.Record(), d
+			return
+		}
+		if r.fromView {
+			// No record beside it: the loader reads the snapshot itself.
+			r.formErr = err
 			return
 		}
 		// The record beside it says the same. A snapshot that has one

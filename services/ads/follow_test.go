@@ -293,6 +293,22 @@ func TestFollowerStartsWithTheMeshBuilt(t *testing.T) {
 	}
 }
 
+// startFromSnapshot writes a snapshot of the stream with form as its
+// compact forms, starts the follower, and returns its stop.
+func (e *followEnv) startFromSnapshot(ctx context.Context, t *testing.T, form func([]byte) []byte) (stop func()) {
+	t.Helper()
+	sn := snapshot.New(snapshot.Options{JS: e.js, Names: e.names, Model: form})
+	defer sn.Close()
+	if _, err := sn.Step(ctx); err != nil {
+		t.Fatal(err)
+	}
+	stop, err := e.f.start(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return stop
+}
+
 // TestFollowerFallsBackFromRefusedCompactForms: a snapshot whose compact
 // forms do not decode still starts the model right, from the records
 // beside them; every refused form is counted and the first one logged.
@@ -303,16 +319,7 @@ func TestFollowerFallsBackFromRefusedCompactForms(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), testutil.DefaultTimeout)
 	defer cancel()
 	garbled := func([]byte) []byte { return []byte{0xee, 1, 2} } // no version this reader knows
-	sn := snapshot.New(snapshot.Options{JS: e.js, Names: e.names, Model: garbled})
-	defer sn.Close()
-	if _, err := sn.Step(ctx); err != nil {
-		t.Fatal(err)
-	}
-	stop, err := e.f.start(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stop()
+	defer e.startFromSnapshot(ctx, t, garbled)()
 	if got, want := endpointsOf(e.f.store, "good"), []string{"10.1.0.1", "10.1.0.2"}; !slices.Equal(got, want) {
 		t.Errorf("endpoints after the start from the snapshot = %v, want %v", got, want)
 	}
@@ -322,10 +329,65 @@ func TestFollowerFallsBackFromRefusedCompactForms(t *testing.T) {
 	if got := promtest.ToFloat64(e.f.metrics.snapshotSeq); got == 0 {
 		t.Error("the frontend did not start from the snapshot")
 	}
+	// The view holds the same forms and nothing beside them: it is left
+	// at its first form, for the snapshot itself.
+	if got := promtest.ToFloat64(e.f.metrics.snapshotViewUnusable); got != 1 {
+		t.Errorf("pilotwire_ads_snapshot_views_unusable_total = %v, want 1", got)
+	}
 	e.log.mu.Lock()
 	logged := strings.Count(e.log.b.String(), "compact form in the snapshot refused")
 	e.log.mu.Unlock()
 	if logged != 1 {
 		t.Errorf("refused compact forms logged %d times, want once", logged)
+	}
+}
+
+// TestFollowerLeavesAViewAtARefusedForm: a form in a snapshot's view that
+// has a known layout but does not decode leaves the view for the snapshot
+// itself, and nothing of the view after that form is applied, so the
+// snapshot gives the refused object from its record (the store skips
+// sequences it applied, so a record of the view applied past the refused
+// one would have hidden it).
+func TestFollowerLeavesAViewAtARefusedForm(t *testing.T) {
+	e := newFollowEnv(t, false)
+	for _, name := range []string{"a", "b", "c"} {
+		e.publishObject(t, pb.Op_OP_ADD, serviceRef(name), service("shop", name, 80))
+		e.publishObject(t, pb.Op_OP_ADD, sliceRef(name), slice("shop", name, 8080, "10.1.0.1", "10.1.0.2"))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.DefaultTimeout)
+	defer cancel()
+	cut := func(data []byte) []byte {
+		form := model.CompactRecord(data)
+		var rec pb.ChangeRecord
+		if err := proto.Unmarshal(data, &rec); err == nil && rec.GetRef().GetName() == "b-1" {
+			return form[:len(form)/2] // its version byte, then too little
+		}
+		return form
+	}
+	defer e.startFromSnapshot(ctx, t, cut)()
+	for _, name := range []string{"a", "b", "c"} {
+		if got, want := endpointsOf(e.f.store, name), []string{"10.1.0.1", "10.1.0.2"}; !slices.Equal(got, want) {
+			t.Errorf("%s: endpoints after the start from the snapshot = %v, want %v", name, got, want)
+		}
+	}
+	if got := promtest.ToFloat64(e.f.metrics.snapshotViewUnusable); got != 1 {
+		t.Errorf("pilotwire_ads_snapshot_views_unusable_total = %v, want 1", got)
+	}
+	if got := promtest.ToFloat64(e.f.metrics.bootstrapView); got != 0 {
+		t.Errorf("pilotwire_ads_bootstrap_snapshot_view = %v, want 0", got)
+	}
+	// Refused again in the snapshot itself, where the record beside it
+	// stands in: counted there, once.
+	if got := promtest.ToFloat64(e.f.metrics.compactRefused); got != 1 {
+		t.Errorf("pilotwire_ads_snapshot_compact_forms_refused_total = %v, want 1", got)
+	}
+	if got := promtest.ToFloat64(e.f.metrics.badRecords); got != 0 {
+		t.Errorf("pilotwire_ads_bad_change_records_total = %v, want 0", got)
+	}
+	e.log.mu.Lock()
+	logged := strings.Count(e.log.b.String(), "snapshot view not usable")
+	e.log.mu.Unlock()
+	if logged != 1 {
+		t.Errorf("unusable view logged %d times, want once", logged)
 	}
 }

@@ -8,39 +8,41 @@ import (
 
 // metrics of one frontend, named like Istio's where Istio has the same thing.
 type metrics struct {
-	connections      *prometheus.GaugeVec
-	pushes           *prometheus.CounterVec
-	rejects          *prometheus.CounterVec
-	expiredNonce     *prometheus.CounterVec
-	sendErrors       *prometheus.CounterVec
-	badRequests      *prometheus.CounterVec
-	shed             *prometheus.CounterVec
-	badRecords       prometheus.Counter
-	appliedSeq       prometheus.Gauge
-	snapshotSeq      prometheus.Gauge
-	snapshotUnusable prometheus.Counter
-	compactRefused   prometheus.Counter
-	orders           *prometheus.CounterVec
-	orderSeqs        *prometheus.CounterVec
-	ordersDropped    prometheus.Counter
-	responseBytes    *prometheus.CounterVec
-	registryErrors   prometheus.Counter
-	registryWrites   prometheus.Counter
-	deliveryDrops    prometheus.Counter
-	admitRejects     prometheus.Counter
-	admitWaiting     prometheus.Gauge
-	admitWait        prometheus.Histogram
-	convergence      prometheus.Histogram
-	pushTime         *prometheus.HistogramVec
-	sendTime         prometheus.Histogram
-	configSize       *prometheus.HistogramVec
-	deferred         *prometheus.CounterVec
-	reregistrations  prometheus.Counter
-	doneErrors       prometheus.Counter
-	doneMessages     prometheus.Counter
-	generateErrors   *prometheus.CounterVec
-	routers          prometheus.Counter
-	internalErrors   prometheus.Counter
+	connections          *prometheus.GaugeVec
+	pushes               *prometheus.CounterVec
+	rejects              *prometheus.CounterVec
+	expiredNonce         *prometheus.CounterVec
+	sendErrors           *prometheus.CounterVec
+	badRequests          *prometheus.CounterVec
+	shed                 *prometheus.CounterVec
+	badRecords           prometheus.Counter
+	appliedSeq           prometheus.Gauge
+	snapshotSeq          prometheus.Gauge
+	snapshotUnusable     prometheus.Counter
+	compactRefused       prometheus.Counter
+	snapshotViewUnusable prometheus.Counter
+	bootstrapView        prometheus.Gauge
+	orders               *prometheus.CounterVec
+	orderSeqs            *prometheus.CounterVec
+	ordersDropped        prometheus.Counter
+	responseBytes        *prometheus.CounterVec
+	registryErrors       prometheus.Counter
+	registryWrites       prometheus.Counter
+	deliveryDrops        prometheus.Counter
+	admitRejects         prometheus.Counter
+	admitWaiting         prometheus.Gauge
+	admitWait            prometheus.Histogram
+	convergence          prometheus.Histogram
+	pushTime             *prometheus.HistogramVec
+	sendTime             prometheus.Histogram
+	configSize           *prometheus.HistogramVec
+	deferred             *prometheus.CounterVec
+	reregistrations      prometheus.Counter
+	doneErrors           prometheus.Counter
+	doneMessages         prometheus.Counter
+	generateErrors       *prometheus.CounterVec
+	routers              prometheus.Counter
+	internalErrors       prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -83,6 +85,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 		compactRefused: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "pilotwire_ads_snapshot_compact_forms_refused_total", Help: "Compact forms in a snapshot that did not decode; the record beside each was decoded instead.",
+		}),
+		snapshotViewUnusable: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pilotwire_ads_snapshot_views_unusable_total", Help: "Starts that found a snapshot's view they could not read or decode, and read the snapshot itself instead.",
+		}),
+		bootstrapView: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "pilotwire_ads_bootstrap_snapshot_view", Help: "1 when the model started from a snapshot's view (compact forms alone), 0 otherwise.",
 		}),
 		snapshotSeq: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "pilotwire_ads_bootstrap_snapshot_seq", Help: "Sequence of the snapshot the model started from (0: it read the stream).",
@@ -159,7 +167,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		Name: "pilotwire_xds_marshals_total", Help: "xDS resources marshalled (once per resource version, shared by every proxy).",
 	}, func() float64 { return float64(xdsgen.Marshals()) })
 	reg.MustRegister(marshals, m.routers, m.connections, m.pushes, m.rejects, m.expiredNonce, m.sendErrors, m.badRequests, m.shed,
-		m.badRecords, m.appliedSeq, m.snapshotSeq, m.snapshotUnusable, m.compactRefused, m.orders, m.orderSeqs, m.ordersDropped, m.responseBytes, m.registryErrors, m.registryWrites,
+		m.badRecords, m.appliedSeq, m.snapshotSeq, m.snapshotUnusable, m.compactRefused, m.snapshotViewUnusable, m.bootstrapView, m.orders, m.orderSeqs, m.ordersDropped, m.responseBytes, m.registryErrors, m.registryWrites,
 		m.deliveryDrops, m.admitRejects, m.admitWaiting, m.admitWait, m.convergence, m.pushTime, m.sendTime, m.configSize, m.deferred, m.reregistrations, m.doneErrors, m.doneMessages, m.generateErrors)
 	return m
 }

@@ -102,6 +102,9 @@ func TestFrontendFromSnapshot(t *testing.T) {
 	if got := fromSnap.gauge("pilotwire_ads_bootstrap_snapshot_seq"); got != float64(in.Seq) {
 		t.Fatalf("frontend started from snapshot %v, want the one at %d", got, in.Seq)
 	}
+	if got := fromSnap.gauge("pilotwire_ads_bootstrap_snapshot_view"); got != 1 {
+		t.Fatalf("pilotwire_ads_bootstrap_snapshot_view = %v: the frontend did not start from the snapshot's view", got)
+	}
 	if got := full.gauge("pilotwire_ads_bootstrap_snapshot_seq"); got != 0 {
 		t.Fatalf("full-replay frontend started from snapshot %v", got)
 	}

@@ -139,45 +139,60 @@ func (w *compactWriter) service(svc *corev1.Service) {
 	}
 }
 
-func (w *compactWriter) slice(sl *discoveryv1.EndpointSlice) {
-	w.strMap(sl.Labels)
-	w.str(string(sl.AddressType))
-	w.count(len(sl.Ports), sl.Ports == nil)
-	for i := range sl.Ports {
-		p := &sl.Ports[i]
-		w.optStr(p.Name)
-		w.flag(p.Protocol != nil)
-		if p.Protocol != nil {
-			w.str(string(*p.Protocol))
-		}
-		w.flag(p.Port != nil)
-		if p.Port != nil {
-			w.int(int64(*p.Port))
-		}
-		w.optStr(p.AppProtocol)
+// slice writes the layout the first forms had, from what the model keeps
+// of a slice: a labels map holding the service name alone, each
+// endpoint's first address, its readiness as false or absent, and its
+// Pod reference. Forms written with the whole labels map and every
+// address read the same (see compactReader.slice).
+func (w *compactWriter) slice(sl *slimSlice) {
+	if sl.serviceName != "" {
+		w.count(1, false)
+		w.str(discoveryv1.LabelServiceName)
+		w.str(sl.serviceName)
+	} else {
+		w.count(0, true)
 	}
-	w.count(len(sl.Endpoints), sl.Endpoints == nil)
-	for i := range sl.Endpoints {
-		e := &sl.Endpoints[i]
-		w.count(len(e.Addresses), e.Addresses == nil)
-		for _, a := range e.Addresses {
-			w.str(a)
+	w.str(string(sl.addressType))
+	w.count(len(sl.ports), sl.ports == nil)
+	for _, p := range sl.ports {
+		w.flag(p.name != "")
+		if p.name != "" {
+			w.str(p.name)
 		}
-		switch r := e.Conditions.Ready; {
-		case r == nil:
-			w.b = append(w.b, 0)
-		case *r:
-			w.b = append(w.b, 2)
-		default:
+		w.flag(p.protocol != "")
+		if p.protocol != "" {
+			w.str(string(p.protocol))
+		}
+		w.flag(p.port != 0)
+		if p.port != 0 {
+			w.int(int64(p.port))
+		}
+		w.flag(false) // appProtocol: the model does not read it
+	}
+	w.count(len(sl.endpoints), sl.endpoints == nil)
+	for _, e := range sl.endpoints {
+		if e.address == "" {
+			w.count(0, true)
+		} else {
+			w.count(1, false)
+			w.str(e.address)
+		}
+		if e.notReady {
 			w.b = append(w.b, 1)
+		} else {
+			w.b = append(w.b, 0)
 		}
-		w.optStr(e.NodeName)
-		w.optStr(e.Zone)
-		w.flag(e.TargetRef != nil)
-		if r := e.TargetRef; r != nil {
-			w.str(r.Kind)
-			w.str(r.Namespace)
-			w.str(r.Name)
+		for _, v := range []string{e.nodeName, e.zone} {
+			w.flag(v != "")
+			if v != "" {
+				w.str(v)
+			}
+		}
+		w.flag(e.podName != "")
+		if e.podName != "" {
+			w.str(KindPod)
+			w.str(e.podNamespace)
+			w.str(e.podName)
 		}
 	}
 }
@@ -342,32 +357,33 @@ func (r *compactReader) service() *corev1.Service {
 	return svc
 }
 
-func (r *compactReader) slice() *discoveryv1.EndpointSlice {
-	sl := &discoveryv1.EndpointSlice{}
-	sl.Labels = r.strMap()
-	sl.AddressType = discoveryv1.AddressType(r.str())
-	if n := r.count(); n >= 0 {
-		sl.Ports = make([]discoveryv1.EndpointPort, n)
-		strs := make([]string, 0, 2*n) // names and app protocols
-		protos := make([]corev1.Protocol, 0, n)
-		nums := make([]int32, 0, n)
-		for i := range sl.Ports {
-			p := &sl.Ports[i]
+// slice reads what compactWriter.slice wrote, or what the first forms
+// held (every label, every address, appProtocol, readiness true), into
+// what the model keeps.
+func (r *compactReader) slice() *slimSlice {
+	sl := &slimSlice{}
+	for range max(r.count(), 0) {
+		k, v := r.str(), r.str()
+		if k == discoveryv1.LabelServiceName {
+			sl.serviceName = v
+		}
+	}
+	sl.addressType = discoveryv1.AddressType(r.str())
+	if n := r.count(); n > 0 {
+		sl.ports = make([]slimPort, n)
+		for i := range sl.ports {
+			p := &sl.ports[i]
 			if r.flag() {
-				strs = append(strs, r.str())
-				p.Name = &strs[len(strs)-1]
+				p.name = r.str()
 			}
 			if r.flag() {
-				protos = append(protos, corev1.Protocol(r.str()))
-				p.Protocol = &protos[len(protos)-1]
+				p.protocol = corev1.Protocol(r.str())
 			}
 			if r.flag() {
-				nums = append(nums, r.int32())
-				p.Port = &nums[len(nums)-1]
+				p.port = r.int32()
 			}
 			if r.flag() {
-				strs = append(strs, r.str())
-				p.AppProtocol = &strs[len(strs)-1]
+				r.str() // appProtocol
 			}
 			if r.bad {
 				return sl
@@ -375,52 +391,35 @@ func (r *compactReader) slice() *discoveryv1.EndpointSlice {
 		}
 	}
 	n := r.count()
-	if n < 0 {
+	if n <= 0 {
 		return sl
 	}
-	sl.Endpoints = make([]discoveryv1.Endpoint, n)
-	var (
-		addrs  []string
-		readys = make([]bool, 0, n)
-		strs   = make([]string, 0, 2*n) // node names and zones
-		refs   []corev1.ObjectReference
-	)
-	for i := range sl.Endpoints {
-		e := &sl.Endpoints[i]
-		if m := r.count(); m >= 0 {
-			if addrs == nil {
-				addrs = make([]string, 0, min(max(m, 1)*n, len(r.b)))
+	sl.endpoints = make([]slimEndpoint, n)
+	for i := range sl.endpoints {
+		e := &sl.endpoints[i]
+		for j := range max(r.count(), 0) {
+			if a := r.str(); j == 0 {
+				e.address = a
 			}
-			first := len(addrs)
-			for range m {
-				addrs = append(addrs, r.str())
-			}
-			// Full capacity: an append to one endpoint's addresses
-			// never writes into the next one's.
-			e.Addresses = addrs[first:len(addrs):len(addrs)]
 		}
 		switch r.byte() {
-		case 0:
-		case 1, 2:
-			readys = append(readys, r.b[r.i-1] == 2)
-			e.Conditions.Ready = &readys[len(readys)-1]
+		case 0, 2:
+		case 1:
+			e.notReady = true
 		default:
 			r.bad = true
 		}
 		if r.flag() {
-			strs = append(strs, r.str())
-			e.NodeName = &strs[len(strs)-1]
+			e.nodeName = r.str()
 		}
 		if r.flag() {
-			strs = append(strs, r.str())
-			e.Zone = &strs[len(strs)-1]
+			e.zone = r.str()
 		}
 		if r.flag() {
-			if refs == nil {
-				refs = make([]corev1.ObjectReference, 0, n)
+			kind, ns, name := r.str(), r.str(), r.str()
+			if kind == KindPod && name != "" {
+				e.podNamespace, e.podName = ns, name
 			}
-			refs = append(refs, corev1.ObjectReference{Kind: r.str(), Namespace: r.str(), Name: r.str()})
-			e.TargetRef = &refs[len(refs)-1]
 		}
 		if r.bad {
 			return sl

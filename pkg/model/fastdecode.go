@@ -62,7 +62,7 @@ func (v *sliceFields) entry() *entry {
 			sl.Endpoints[i].TargetRef = &corev1.ObjectReference{Kind: KindPod, Namespace: r.Namespace, Name: r.Name}
 		}
 	}
-	return &entry{slice: sl}
+	return &entry{slice: slimFrom(sl)}
 }
 
 // decodeService decodes the fields the mesh reads of a Service: skipping

@@ -10,10 +10,10 @@ import (
 
 // The fast EndpointSlice decoder reads in two steps: a pass over the
 // bytes that notes where each kept value is (spans, in a pooled scratch),
-// then one allocation per kind of value: the strings of one slice share
-// one backing string, its endpoints one array, its pointers arrays of
-// their own. Most of encoding/json's cost there was the hundred-odd small
-// allocations of a ten-endpoint slice.
+// then what the model keeps (slimSlice) in three allocations: the kept
+// strings of one slice share one backing string, its ports one array,
+// its endpoints another. Most of encoding/json's cost there was the
+// hundred-odd small allocations of a ten-endpoint slice.
 
 // span is where a string value is in the input.
 type span struct {
@@ -243,138 +243,76 @@ func (e *endpointScratch) podRef(raw []byte) bool {
 }
 
 func (sc *sliceScratch) build(raw []byte) *entry {
+	// Only what the model keeps goes into the backing string: the service
+	// name label, the ports, each endpoint's first address, its node,
+	// zone and pod.
 	st := sliceStrings{raw: raw}
-	size := 0
-	for _, sp := range sc.labels {
-		size += int(sp.hi - sp.lo)
+	name := -1 // the service name label's value in sc.labels
+	for i := 0; i+1 < len(sc.labels); i += 2 {
+		if k := sc.labels[i]; string(raw[k.lo:k.hi]) == discoveryv1.LabelServiceName {
+			name = i + 1
+		}
 	}
-	for _, sp := range sc.addrs {
-		size += int(sp.hi - sp.lo)
+	size := 0
+	if name >= 0 {
+		size += int(sc.labels[name].hi - sc.labels[name].lo)
 	}
 	for _, e := range sc.endpoints {
+		if e.addrN > 0 {
+			a := sc.addrs[e.addrFirst]
+			size += int(a.hi - a.lo)
+		}
 		size += int(e.refName.hi-e.refName.lo) + int(e.nodeName.hi-e.nodeName.lo)
 	}
 	st.b.Grow(size + 64)
-	for i := range sc.labels {
-		st.add(&sc.labels[i])
+	if name >= 0 {
+		st.add(&sc.labels[name])
 	}
 	st.add(&sc.addressType)
 	for i := range sc.ports {
 		p := &sc.ports[i]
 		st.add(&p.name)
 		st.add(&p.protocol)
-		st.add(&p.appProtocol)
 	}
-	for i := range sc.addrs {
-		st.add(&sc.addrs[i])
-	}
-	nReady, nStr, nRef := 0, 0, 0
 	for i := range sc.endpoints {
 		e := &sc.endpoints[i]
+		if e.addrN > 0 {
+			st.add(&sc.addrs[e.addrFirst])
+		}
 		st.add(&e.nodeName)
 		st.add(&e.zone)
-		if e.ready != 0 {
-			nReady++
-		}
-		if e.nodeName.set {
-			nStr++
-		}
-		if e.zone.set {
-			nStr++
-		}
 		if e.podRef(raw) {
 			st.add(&e.refNamespace)
 			st.add(&e.refName)
-			nRef++
 		}
 	}
 	st.backing = st.b.String()
 
-	sl := &discoveryv1.EndpointSlice{AddressType: discoveryv1.AddressType(st.get(sc.addressType))}
-	if sc.labelsSet {
-		sl.Labels = make(map[string]string, len(sc.labels)/2)
-		for i := 0; i < len(sc.labels); i += 2 {
-			sl.Labels[st.get(sc.labels[i])] = st.get(sc.labels[i+1])
-		}
+	sl := &slimSlice{addressType: discoveryv1.AddressType(st.get(sc.addressType))}
+	if name >= 0 {
+		sl.serviceName = st.get(sc.labels[name])
 	}
-	if sc.portsSet {
-		sl.Ports = make([]discoveryv1.EndpointPort, len(sc.ports))
-		var strs []string
-		var protos []corev1.Protocol
-		var nums []int32
+	if len(sc.ports) > 0 {
+		sl.ports = make([]slimPort, len(sc.ports))
 		for i, p := range sc.ports {
-			q := &sl.Ports[i]
-			if p.name.set {
-				strs = alloc(strs, 2*len(sc.ports))
-				strs = append(strs, st.get(p.name))
-				q.Name = &strs[len(strs)-1]
-			}
-			if p.appProtocol.set {
-				strs = alloc(strs, 2*len(sc.ports))
-				strs = append(strs, st.get(p.appProtocol))
-				q.AppProtocol = &strs[len(strs)-1]
-			}
-			if p.protocol.set {
-				protos = alloc(protos, len(sc.ports))
-				protos = append(protos, corev1.Protocol(st.get(p.protocol)))
-				q.Protocol = &protos[len(protos)-1]
-			}
-			if p.hasPort {
-				nums = alloc(nums, len(sc.ports))
-				nums = append(nums, p.port)
-				q.Port = &nums[len(nums)-1]
-			}
+			sl.ports[i] = slimPort{name: st.get(p.name), protocol: corev1.Protocol(st.get(p.protocol)), port: p.port}
 		}
 	}
-	sl.Endpoints = make([]discoveryv1.Endpoint, len(sc.endpoints))
-	addrs := make([]string, len(sc.addrs))
-	for i, a := range sc.addrs {
-		addrs[i] = st.get(a)
-	}
-	var readys []bool
-	if nReady > 0 {
-		readys = make([]bool, 0, nReady)
-	}
-	var strs []string
-	if nStr > 0 {
-		strs = make([]string, 0, nStr)
-	}
-	var refs []corev1.ObjectReference
-	if nRef > 0 {
-		refs = make([]corev1.ObjectReference, 0, nRef)
+	if len(sc.endpoints) > 0 {
+		sl.endpoints = make([]slimEndpoint, len(sc.endpoints))
 	}
 	for i, e := range sc.endpoints {
-		ep := &sl.Endpoints[i]
-		if e.addrsSet {
-			ep.Addresses = addrs[e.addrFirst : e.addrFirst+e.addrN : e.addrFirst+e.addrN]
+		ep := &sl.endpoints[i]
+		if e.addrN > 0 {
+			ep.address = st.get(sc.addrs[e.addrFirst])
 		}
-		if e.ready != 0 {
-			readys = append(readys, e.ready == 2)
-			ep.Conditions.Ready = &readys[len(readys)-1]
-		}
-		if e.nodeName.set {
-			strs = append(strs, st.get(e.nodeName))
-			ep.NodeName = &strs[len(strs)-1]
-		}
-		if e.zone.set {
-			strs = append(strs, st.get(e.zone))
-			ep.Zone = &strs[len(strs)-1]
-		}
+		ep.notReady = e.ready == 1
+		ep.nodeName, ep.zone = st.get(e.nodeName), st.get(e.zone)
 		if e.podRef(raw) {
-			refs = append(refs, corev1.ObjectReference{Kind: KindPod, Namespace: st.get(e.refNamespace), Name: st.get(e.refName)})
-			ep.TargetRef = &refs[len(refs)-1]
+			ep.podNamespace, ep.podName = st.get(e.refNamespace), st.get(e.refName)
 		}
 	}
 	return &entry{slice: sl}
-}
-
-// alloc gives s its whole capacity n on first use, so that pointers into
-// it stay valid as it grows to n.
-func alloc[T any](s []T, n int) []T {
-	if s == nil {
-		return make([]T, 0, n)
-	}
-	return s
 }
 
 // constString returns the common short values without allocating, "" for

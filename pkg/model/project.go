@@ -13,7 +13,7 @@ import (
 // buildService projects the Service objects (by cluster id) and the
 // EndpointSlices joining them onto one mesh service. It returns nil when no
 // cluster holds a Service object.
-func buildService(sk serviceKey, defs map[string]*corev1.Service, sls map[sliceID]*discoveryv1.EndpointSlice, pods map[podKey]*pod, nodes map[nodeKey]*node, defaultExportTo []string) *Service {
+func buildService(sk serviceKey, defs map[string]*corev1.Service, sls map[sliceID]*slimSlice, pods map[podKey]*pod, nodes map[nodeKey]*node, defaultExportTo []string) *Service {
 	if len(defs) == 0 {
 		return nil
 	}
@@ -88,13 +88,13 @@ func sortedKeys[K comparable, V any](m map[K]V, compare func(a, b K) int) []K {
 
 // portEndpoints returns the ready endpoints of one service port: from each
 // slice, the port with the same name and protocol.
-func portEndpoints(p *Port, ns string, ids []sliceID, sls map[sliceID]*discoveryv1.EndpointSlice, pods map[podKey]*pod, nodes map[nodeKey]*node) []Endpoint {
+func portEndpoints(p *Port, ns string, ids []sliceID, sls map[sliceID]*slimSlice, pods map[podKey]*pod, nodes map[nodeKey]*node) []Endpoint {
 	// One allocation for the list: size it for every endpoint of the
 	// slices that serve the port, then drop the spare capacity.
 	n := 0
 	for _, id := range ids {
 		if sl, _ := servingSlice(sls[id], p); sl != nil {
-			n += len(sl.Endpoints)
+			n += len(sl.endpoints)
 		}
 	}
 	if n == 0 {
@@ -106,33 +106,29 @@ func portEndpoints(p *Port, ns string, ids []sliceID, sls map[sliceID]*discovery
 		if sl == nil {
 			continue
 		}
-		for _, ep := range sl.Endpoints {
-			if r := ep.Conditions.Ready; r != nil && !*r {
+		for _, ep := range sl.endpoints {
+			if ep.notReady {
 				continue
 			}
-			if len(ep.Addresses) == 0 {
-				continue
-			}
-			// The addresses of one endpoint are fungible; use the first.
-			addr := canonicalIP(ep.Addresses[0])
+			addr := canonicalIP(ep.address)
 			if addr == "" {
 				continue
 			}
 			var labels map[string]string
 			var pd *pod
-			if ref := ep.TargetRef; ref != nil {
-				if pd = pods[podKey{Cluster: id.Cluster, Namespace: cmp.Or(ref.Namespace, ns), Name: ref.Name}]; pd != nil {
+			if ep.podName != "" {
+				if pd = pods[podKey{Cluster: id.Cluster, Namespace: cmp.Or(ep.podNamespace, ns), Name: ep.podName}]; pd != nil {
 					labels = pd.labels
 				}
 			}
-			loc := workloadLocality(pd, id.Cluster, deref(ep.NodeName), deref(ep.Zone), nodes)
+			loc := workloadLocality(pd, id.Cluster, ep.nodeName, ep.zone, nodes)
 			eps = append(eps, Endpoint{
 				Address:   addr,
 				Port:      port,
 				Region:    loc.Region,
 				Zone:      loc.Zone,
 				SubZone:   loc.SubZone,
-				NodeName:  deref(ep.NodeName),
+				NodeName:  ep.nodeName,
 				ClusterID: id.Cluster,
 				Labels:    labels,
 			})
@@ -150,21 +146,21 @@ func portEndpoints(p *Port, ns string, ids []sliceID, sls map[sliceID]*discovery
 // servingSlice returns sl and the port number it gives service port p: that
 // of its port with p's name and protocol. It returns nil when sl serves
 // no usable address for p.
-func servingSlice(sl *discoveryv1.EndpointSlice, p *Port) (*discoveryv1.EndpointSlice, int32) {
-	if sl.AddressType != discoveryv1.AddressTypeIPv4 && sl.AddressType != discoveryv1.AddressTypeIPv6 {
+func servingSlice(sl *slimSlice, p *Port) (*slimSlice, int32) {
+	if sl.addressType != discoveryv1.AddressTypeIPv4 && sl.addressType != discoveryv1.AddressTypeIPv6 {
 		return nil, 0 // FQDN slices are deprecated and not routable by IP
 	}
-	i := slices.IndexFunc(sl.Ports, func(sp discoveryv1.EndpointPort) bool {
-		return deref(sp.Name) == p.Name && cmp.Or(deref(sp.Protocol), corev1.ProtocolTCP) == p.Protocol
+	i := slices.IndexFunc(sl.ports, func(sp slimPort) bool {
+		return sp.name == p.Name && cmp.Or(sp.protocol, corev1.ProtocolTCP) == p.Protocol
 	})
 	if i < 0 {
 		return nil, 0
 	}
-	port := sl.Ports[i].Port
-	if port == nil || *port < 1 || *port > 65535 {
-		return nil, 0 // a nil port means "all ports": nothing to dial
+	port := sl.ports[i].port
+	if port < 1 || port > 65535 {
+		return nil, 0 // no port means "all ports": nothing to dial
 	}
-	return sl, *port
+	return sl, port
 }
 
 func compareEndpoints(a, b Endpoint) int {

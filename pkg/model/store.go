@@ -18,7 +18,6 @@ import (
 	"github.com/pilotwire/pilotwire/pkg/meshconfig"
 
 	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
 
 	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
 )
@@ -42,9 +41,9 @@ type Store struct {
 	buildWorkers int // goroutines a large rebuild may use (snapshot.go)
 
 	// Indexes of the decoded kinds, by the mesh service they belong to.
-	services   map[serviceKey]map[string]*corev1.Service             // cluster id → Service
-	slices     map[serviceKey]map[sliceID]*discoveryv1.EndpointSlice // by kubernetes.io/service-name
-	sliceOwner map[ObjectKey]serviceKey                              // the service a stored slice joins
+	services   map[serviceKey]map[string]*corev1.Service // cluster id → Service
+	slices     map[serviceKey]map[sliceID]*slimSlice     // by kubernetes.io/service-name
+	sliceOwner map[ObjectKey]serviceKey                  // the service a stored slice joins
 	pods       map[podKey]*pod
 	podUsers   podUsers // services whose slices name the pod, how many times
 	// usersIndexed: podUsers and nodeUsers are built (indexUsers) and kept
@@ -95,7 +94,7 @@ type entry struct {
 	uid, resourceVersion string
 	seq                  uint64
 	svc                  *corev1.Service
-	slice                *discoveryv1.EndpointSlice
+	slice                *slimSlice
 	pod                  *pod
 	node                 *node
 	rule                 *storedRule
@@ -130,7 +129,7 @@ func NewStore(opts ...Option) *Store {
 	s := &Store{
 		objects:         make(map[ObjectKey]*entry),
 		services:        make(map[serviceKey]map[string]*corev1.Service),
-		slices:          make(map[serviceKey]map[sliceID]*discoveryv1.EndpointSlice),
+		slices:          make(map[serviceKey]map[sliceID]*slimSlice),
 		sliceOwner:      make(map[ObjectKey]serviceKey),
 		pods:            make(map[podKey]*pod),
 		podUsers:        make(podUsers),
@@ -375,14 +374,14 @@ func (s *Store) insert(key ObjectKey, e *entry) {
 		byCluster[key.Cluster] = e.svc
 		s.dirty[sk] = struct{}{}
 	case e.slice != nil:
-		name := e.slice.Labels[discoveryv1.LabelServiceName]
+		name := e.slice.serviceName
 		if name == "" {
 			return // joins no service
 		}
 		sk := serviceKey{Namespace: key.Namespace, Name: name}
 		bySlice := s.slices[sk]
 		if bySlice == nil {
-			bySlice = make(map[sliceID]*discoveryv1.EndpointSlice)
+			bySlice = make(map[sliceID]*slimSlice)
 			s.slices[sk] = bySlice
 		}
 		bySlice[sliceID{Cluster: key.Cluster, Name: key.Name}] = e.slice
@@ -423,19 +422,18 @@ func (s *Store) insert(key ObjectKey, e *entry) {
 
 // countPodUsers adds delta to the count of each pod and node the slice's
 // endpoints name, for service sk, once the users index is built.
-func (s *Store) countPodUsers(key ObjectKey, sl *discoveryv1.EndpointSlice, sk serviceKey, delta int) {
+func (s *Store) countPodUsers(key ObjectKey, sl *slimSlice, sk serviceKey, delta int) {
 	if !s.usersIndexed {
 		return
 	}
-	for _, ep := range sl.Endpoints {
-		if n := deref(ep.NodeName); n != "" {
-			countUser(s.nodeUsers, nodeKey{Cluster: key.Cluster, Name: n}, sk, delta)
+	for _, ep := range sl.endpoints {
+		if ep.nodeName != "" {
+			countUser(s.nodeUsers, nodeKey{Cluster: key.Cluster, Name: ep.nodeName}, sk, delta)
 		}
-		ref := ep.TargetRef
-		if ref == nil {
+		if ep.podName == "" {
 			continue
 		}
-		pk := podKey{Cluster: key.Cluster, Namespace: cmp.Or(ref.Namespace, key.Namespace), Name: ref.Name}
+		pk := podKey{Cluster: key.Cluster, Namespace: cmp.Or(ep.podNamespace, key.Namespace), Name: ep.podName}
 		s.podUsers.add(pk, sk, delta)
 	}
 }

@@ -111,23 +111,22 @@ func (w *compactWriter) count(n int, isNil bool) {
 
 func (w *compactWriter) int(v int64) { w.b = binary.AppendVarint(w.b, v) }
 
-func (w *compactWriter) strMap(m map[string]string) {
-	w.count(len(m), m == nil)
-	for k, v := range m {
-		w.str(k)
-		w.str(v)
+// service writes the layout the first forms had: an annotations map
+// holding exportTo alone, then the spec the model reads.
+func (w *compactWriter) service(svc *slimService) {
+	if svc.hasExportTo {
+		w.count(1, false)
+		w.str(exportToAnnotation)
+		w.str(svc.exportTo)
+	} else {
+		w.count(0, true)
 	}
-}
-
-func (w *compactWriter) service(svc *corev1.Service) {
-	w.strMap(svc.Annotations)
-	sp := &svc.Spec
-	w.str(string(sp.Type))
-	w.str(sp.ExternalName)
-	w.str(sp.ClusterIP)
-	w.count(len(sp.Ports), sp.Ports == nil)
-	for i := range sp.Ports {
-		p := &sp.Ports[i]
+	w.str(string(svc.typ))
+	w.str(svc.externalName)
+	w.str(svc.clusterIP)
+	w.count(len(svc.ports), svc.ports == nil)
+	for i := range svc.ports {
+		p := &svc.ports[i]
 		w.str(p.Name)
 		w.str(string(p.Protocol))
 		w.optStr(p.AppProtocol)
@@ -283,19 +282,6 @@ func (r *compactReader) count() int {
 	return int(n) - 1
 }
 
-func (r *compactReader) strMap() map[string]string {
-	n := r.count()
-	if n < 0 {
-		return nil
-	}
-	m := make(map[string]string, n)
-	for range n {
-		k := r.str()
-		m[k] = r.str()
-	}
-	return m
-}
-
 // DecodeCompact decodes what [CompactForm] wrote into what [Decode] makes
 // of the record it was made from, ready for [Store.ApplyDecoded].
 func DecodeCompact(b []byte) (Decoded, error) {
@@ -327,20 +313,25 @@ func DecodeCompact(b []byte) (Decoded, error) {
 	return d, nil
 }
 
-func (r *compactReader) service() *corev1.Service {
-	svc := &corev1.Service{}
-	svc.Annotations = r.strMap()
-	sp := &svc.Spec
-	sp.Type = corev1.ServiceType(r.str())
-	sp.ExternalName = r.str()
-	sp.ClusterIP = r.str()
+// service reads what compactWriter.service wrote, or what the first
+// forms held (every annotation), into what the model keeps.
+func (r *compactReader) service() *slimService {
+	svc := &slimService{}
+	for range max(r.count(), 0) {
+		if k, v := r.str(), r.str(); k == exportToAnnotation {
+			svc.exportTo, svc.hasExportTo = v, true
+		}
+	}
+	svc.typ = corev1.ServiceType(r.str())
+	svc.externalName = r.str()
+	svc.clusterIP = r.str()
 	n := r.count()
 	if n < 0 {
 		return svc
 	}
-	sp.Ports = make([]corev1.ServicePort, n)
-	for i := range sp.Ports {
-		p := &sp.Ports[i]
+	svc.ports = make([]corev1.ServicePort, n)
+	for i := range svc.ports {
+		p := &svc.ports[i]
 		p.Name = r.str()
 		p.Protocol = corev1.Protocol(r.str())
 		if r.flag() {

@@ -36,10 +36,8 @@ type serviceFields struct {
 }
 
 func (v *serviceFields) entry() *entry {
-	svc := &corev1.Service{Spec: corev1.ServiceSpec{Type: v.Spec.Type, ExternalName: v.Spec.ExternalName, ClusterIP: v.Spec.ClusterIP, Ports: v.Spec.Ports}}
-	if e, ok := v.Metadata.Annotations[exportToAnnotation]; ok {
-		svc.Annotations = map[string]string{exportToAnnotation: e}
-	}
+	svc := &slimService{typ: v.Spec.Type, externalName: v.Spec.ExternalName, clusterIP: v.Spec.ClusterIP, ports: v.Spec.Ports}
+	svc.exportTo, svc.hasExportTo = v.Metadata.Annotations[exportToAnnotation]
 	return &entry{svc: svc}
 }
 

@@ -13,12 +13,12 @@ import (
 // buildService projects the Service objects (by cluster id) and the
 // EndpointSlices joining them onto one mesh service. It returns nil when no
 // cluster holds a Service object.
-func buildService(sk serviceKey, defs map[string]*corev1.Service, sls map[sliceID]*slimSlice, pods map[podKey]*pod, nodes map[nodeKey]*node, defaultExportTo []string) *Service {
+func buildService(sk serviceKey, defs map[string]*slimService, sls map[sliceID]*slimSlice, pods map[podKey]*pod, nodes map[nodeKey]*node, defaultExportTo []string) *Service {
 	if len(defs) == 0 {
 		return nil
 	}
 	clusters := sortedKeys(defs, strings.Compare)
-	spec := &defs[clusters[0]].Spec // first cluster id wins
+	spec := defs[clusters[0]] // first cluster id wins
 	svc := &Service{
 		Name:      sk.Name,
 		Namespace: sk.Namespace,
@@ -26,18 +26,18 @@ func buildService(sk serviceKey, defs map[string]*corev1.Service, sls map[sliceI
 		Clusters:  clusters,
 	}
 	switch {
-	case spec.Type == corev1.ServiceTypeExternalName:
-		svc.ExternalName = spec.ExternalName
+	case spec.typ == corev1.ServiceTypeExternalName:
+		svc.ExternalName = spec.externalName
 		svc.Resolution = DNSLB
-	case spec.ClusterIP == corev1.ClusterIPNone:
+	case spec.clusterIP == corev1.ClusterIPNone:
 		svc.Headless = true
 		svc.Resolution = Passthrough
 	default:
-		svc.ClusterIP = canonicalIP(spec.ClusterIP)
+		svc.ClusterIP = canonicalIP(spec.clusterIP)
 	}
 	svc.ExportTo = defaultExportTo
-	if e, ok := defs[clusters[0]].Annotations[exportToAnnotation]; ok {
-		svc.ExportTo = parseExportTo(e)
+	if spec.hasExportTo {
+		svc.ExportTo = parseExportTo(spec.exportTo)
 	}
 
 	// The slice endpoints usable at all, in a stable order so that the
@@ -45,8 +45,8 @@ func buildService(sk serviceKey, defs map[string]*corev1.Service, sls map[sliceI
 	ids := sortedKeys(sls, func(a, b sliceID) int {
 		return cmp.Or(strings.Compare(a.Cluster, b.Cluster), strings.Compare(a.Name, b.Name))
 	})
-	svc.Ports = make([]*Port, 0, len(spec.Ports))
-	for _, sp := range spec.Ports {
+	svc.Ports = make([]*Port, 0, len(spec.ports))
+	for _, sp := range spec.ports {
 		if sp.Port < 1 || sp.Port > 65535 {
 			continue
 		}

@@ -17,8 +17,6 @@ import (
 
 	"github.com/pilotwire/pilotwire/pkg/meshconfig"
 
-	corev1 "k8s.io/api/core/v1"
-
 	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
 )
 
@@ -41,9 +39,9 @@ type Store struct {
 	buildWorkers int // goroutines a large rebuild may use (snapshot.go)
 
 	// Indexes of the decoded kinds, by the mesh service they belong to.
-	services   map[serviceKey]map[string]*corev1.Service // cluster id → Service
-	slices     map[serviceKey]map[sliceID]*slimSlice     // by kubernetes.io/service-name
-	sliceOwner map[ObjectKey]serviceKey                  // the service a stored slice joins
+	services   map[serviceKey]map[string]*slimService // cluster id → Service
+	slices     map[serviceKey]map[sliceID]*slimSlice  // by kubernetes.io/service-name
+	sliceOwner map[ObjectKey]serviceKey               // the service a stored slice joins
 	pods       map[podKey]*pod
 	podUsers   podUsers // services whose slices name the pod, how many times
 	// usersIndexed: podUsers and nodeUsers are built (indexUsers) and kept
@@ -93,7 +91,7 @@ type Store struct {
 type entry struct {
 	uid, resourceVersion string
 	seq                  uint64
-	svc                  *corev1.Service
+	svc                  *slimService
 	slice                *slimSlice
 	pod                  *pod
 	node                 *node
@@ -128,7 +126,7 @@ func NewStore(opts ...Option) *Store {
 	empty, _ := NewMesh(0, nil)
 	s := &Store{
 		objects:         make(map[ObjectKey]*entry),
-		services:        make(map[serviceKey]map[string]*corev1.Service),
+		services:        make(map[serviceKey]map[string]*slimService),
 		slices:          make(map[serviceKey]map[sliceID]*slimSlice),
 		sliceOwner:      make(map[ObjectKey]serviceKey),
 		pods:            make(map[podKey]*pod),
@@ -368,7 +366,7 @@ func (s *Store) insert(key ObjectKey, e *entry) {
 		sk := serviceKey{Namespace: key.Namespace, Name: key.Name}
 		byCluster := s.services[sk]
 		if byCluster == nil {
-			byCluster = make(map[string]*corev1.Service)
+			byCluster = make(map[string]*slimService)
 			s.services[sk] = byCluster
 		}
 		byCluster[key.Cluster] = e.svc

@@ -5,6 +5,18 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 )
 
+// slimService is what the model keeps of a Service: what buildService
+// reads of it (a corev1.Service is about 750 bytes before its ports).
+type slimService struct {
+	typ          corev1.ServiceType
+	externalName string
+	clusterIP    string
+	// exportTo is the networking.istio.io/exportTo annotation, if set.
+	exportTo    string
+	hasExportTo bool
+	ports       []corev1.ServicePort
+}
+
 // slimSlice is what the model keeps of an EndpointSlice: only what the
 // mesh reads of it (servingSlice, portEndpoints, countPodUsers). A
 // frontend holds one per slice of the mesh, so its size is the model's:

@@ -158,6 +158,23 @@ func NewStore(opts ...Option) *Store {
 	return s
 }
 
+// maxReserve bounds Reserve: about 100 MB of index.
+const maxReserve = 1 << 20
+
+// Reserve makes room for n objects in an empty store, before a replay
+// that will apply about that many (a snapshot of n live objects): the
+// object index is allocated once instead of growing and rehashing its
+// keys all along the replay. It does nothing to a store that holds
+// objects, and reserves at most maxReserve (n comes from a snapshot's
+// metadata: a bogus count must not take the memory).
+func (s *Store) Reserve(n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.objects) == 0 && n > 0 {
+		s.objects = make(map[ObjectKey]*entry, min(n, maxReserve))
+	}
+}
+
 // AppliedSeq returns the sequence of the last applied record.
 func (s *Store) AppliedSeq() uint64 {
 	s.mu.RLock()

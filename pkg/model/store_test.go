@@ -422,3 +422,28 @@ func FuzzApply(f *testing.F) {
 		}
 	})
 }
+
+// TestReserve: a reserved store builds the same mesh as one that grew,
+// and a store that holds objects keeps them.
+func TestReserve(t *testing.T) {
+	http80 := svcPort{name: "http", port: 80, target: intstr.FromInt32(8080)}
+	recs := []rec{
+		add("c1", service("shop", "web", "10.0.0.1", http80)),
+		add("c1", slice("shop", "web-1", "web", []slicePort{named("http", 9090)}, ep{addr: "10.1.0.1"})),
+	}
+	grown := NewStore()
+	applyAll(t, grown, recs...)
+	reserved := NewStore()
+	reserved.Reserve(1000)
+	applyAll(t, reserved, recs...)
+	if diff := cmp.Diff(grown.Snapshot().Services, reserved.Snapshot().Services, ignoreMemo); diff != "" {
+		t.Fatalf("reserved store's mesh (-grown +reserved):\n%s", diff)
+	}
+	reserved.Reserve(10)
+	if got := reserved.Len(); got != 2 {
+		t.Fatalf("Reserve on a store holding objects left %d of them, want 2", got)
+	}
+	if diff := cmp.Diff(grown.Snapshot().Services, reserved.Snapshot().Services, ignoreMemo); diff != "" {
+		t.Fatalf("mesh after a Reserve on a store holding objects (-want +got):\n%s", diff)
+	}
+}

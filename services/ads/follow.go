@@ -298,6 +298,7 @@ func (f *follower) loadSnapshot(ctx context.Context, firstSeq, lastSeq uint64) (
 	// applied before it stopped stays applied: the snapshot holds the
 	// same records at the same sequences, and the store skips those at
 	// or below what it applied.
+	f.store.Reserve(in.Objects)
 	err = f.applySnapshot(func(fn func(snapshot.Record) error) error { return st.ReadView(ctx, *in, fn) }, true)
 	switch {
 	case err == nil:

@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"strconv"
 	"testing"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 
@@ -19,8 +20,9 @@ import (
 // closeInput the receiver gets every record and then the end.
 func TestDecodeAheadKeepsOrder(t *testing.T) {
 	const records = 5000
-	for _, n := range []int{1, 3, 8} {
-		t.Run(strconv.Itoa(n), func(t *testing.T) {
+	for _, c := range []struct{ n, batch int }{{1, 1}, {3, 1}, {8, 1}, {1, 7}, {3, 64}, {8, 7}} {
+		n := c.n
+		t.Run(fmt.Sprintf("%d decoders, batches of %d", c.n, c.batch), func(t *testing.T) {
 			quit := make(chan struct{})
 			defer close(quit)
 			// Uneven work per record, so decoders finish out of turn.
@@ -30,7 +32,7 @@ func TestDecodeAheadKeepsOrder(t *testing.T) {
 				}
 				r.subject = string(data)
 			}
-			p := newDecodeAhead(n, 64, quit, decode)
+			p := newBatchedDecodeAhead(n, 64, c.batch, 0, quit, decode)
 			go func() {
 				for i := range records {
 					if !p.send(decodedRecord{seq: uint64(i + 1)}, []byte("s"+strconv.Itoa(i+1))) {
@@ -56,6 +58,66 @@ func TestDecodeAheadKeepsOrder(t *testing.T) {
 	}
 }
 
+// TestDecodeAheadFlush: a batch that is not full is handed on by flush.
+func TestDecodeAheadFlush(t *testing.T) {
+	quit := make(chan struct{})
+	defer close(quit)
+	p := newBatchedDecodeAhead(2, 64, 16, 0, quit, func(r *decodedRecord, _ []byte) { r.subject = "decoded" })
+	for i := range 3 {
+		p.send(decodedRecord{seq: uint64(i + 1)}, nil)
+	}
+	if got := p.queued(); got != 0 {
+		t.Fatalf("queued before the flush = %d, want 0 (the batch is not full)", got)
+	}
+	p.flush()
+	for i := range 3 {
+		r, ok := p.receive()
+		if !ok || r.seq != uint64(i+1) || r.subject != "decoded" {
+			t.Fatalf("record %d after the flush: %+v, %v", i, r, ok)
+		}
+	}
+	p.closeInput()
+	if r, ok := p.receive(); ok {
+		t.Fatalf("a record after the last: %+v", r)
+	}
+	p.wait()
+}
+
+// TestDecodeAheadFlushesAWaitingBatch: with a wait bound, a batch that is
+// not full goes on without a flush (the stream's records after a lost
+// connection, which no "nothing pending" record follows).
+func TestDecodeAheadFlushesAWaitingBatch(t *testing.T) {
+	quit := make(chan struct{})
+	defer close(quit)
+	p := newBatchedDecodeAhead(1, 64, 16, 5*time.Millisecond, quit, func(*decodedRecord, []byte) {})
+	for i := range 3 {
+		p.send(decodedRecord{seq: uint64(i + 1)}, nil)
+	}
+	got := make(chan uint64)
+	go func() {
+		for range 3 {
+			r, ok := p.receive()
+			if !ok {
+				close(got)
+				return
+			}
+			got <- r.seq
+		}
+	}()
+	for want := uint64(1); want <= 3; want++ {
+		select {
+		case seq, ok := <-got:
+			if !ok || seq != want {
+				t.Fatalf("received seq %d (%v), want %d", seq, ok, want)
+			}
+		case <-time.After(testutil.DefaultTimeout):
+			t.Fatalf("record %d never went on without a flush", want)
+		}
+	}
+	p.closeInput()
+	p.wait()
+}
+
 // TestDecodeAheadStopsOnQuit: closing quit releases a sender blocked on
 // full decoders and a waiting receiver, and the decoders end.
 func TestDecodeAheadStopsOnQuit(t *testing.T) {
@@ -70,10 +132,12 @@ func TestDecodeAheadStopsOnQuit(t *testing.T) {
 		sent <- n
 	}()
 	// Nothing receives: the sender fills the decoders' queues and blocks.
-	testutil.Eventually(t, "full decoders", func() bool { return p.queued() == 4 })
+	// Each decoder holds one record waiting, one decoded and one in hand
+	// (blocked on its full output).
+	testutil.Eventually(t, "full decoders", func() bool { return p.queued() == 6 })
 	close(quit)
-	if n := <-sent; n < 4 {
-		t.Fatalf("sent %d before blocking, want at least 4", n)
+	if n := <-sent; n != 6 {
+		t.Fatalf("sent %d before blocking, want 6", n)
 	}
 	p.wait() // the decoders blocked on their full output end
 	// What the decoders had handed on may still be received; then the end.

@@ -84,6 +84,21 @@ func (g *seqGate) wait(ctx context.Context, seq uint64) error {
 // followQueue bounds the change records received and not yet applied.
 const followQueue = 256
 
+// snapshotBatch is how many of a snapshot's records travel together
+// through the decoders: a snapshot's records are all there at once, so
+// nothing waits for a batch to fill.
+const snapshotBatch = 64
+
+// streamBatch is the same for the change stream. A batch goes on when
+// full or when a record says nothing more is pending on the stream
+// (NumPending 0), so a record followed live goes on at once, and records
+// of a catch-up in batches; and at the latest streamBatchWait after its
+// first record came (a batch cut short by a lost connection).
+const (
+	streamBatch     = 64
+	streamBatchWait = 5 * time.Millisecond
+)
+
 // follower materializes the model from the change stream: an ordered
 // consumer that starts with the last record of every subject (the current
 // state) and then follows new records. Two stages: decoders (decodeAhead,
@@ -165,7 +180,7 @@ func (f *follower) start(ctx context.Context) (stop func(), err error) {
 	if err != nil {
 		return nil, fmt.Errorf("ordered consumer on %s: %w", f.names.ChangesStream(), err)
 	}
-	ahead := newDecodeAhead(f.decoders, followQueue, f.quit, f.decodeMsg)
+	ahead := newBatchedDecodeAhead(f.decoders, followQueue, streamBatch, streamBatchWait, f.quit, f.decodeMsg)
 	f.ahead.Store(ahead)
 	loopDone := make(chan struct{})
 	go f.applyLoop(ahead, loopDone)
@@ -324,7 +339,7 @@ func (f *follower) loadSnapshot(ctx context.Context, firstSeq, lastSeq uint64) (
 // on is applied, so the snapshot itself can take over from there.
 func (f *follower) applySnapshot(read func(fn func(snapshot.Record) error) error, view bool) error {
 	quit := make(chan struct{})
-	ahead := newDecodeAhead(f.decoders, followQueue, quit, f.decode)
+	ahead := newBatchedDecodeAhead(f.decoders, followQueue, snapshotBatch, 0, quit, f.decode)
 	f.ahead.Store(ahead)
 	var refused atomic.Pointer[decodedRecord] // from a view: the first form refused
 	applied := make(chan struct{})
@@ -441,7 +456,12 @@ func (f *follower) handle(msg jetstream.Msg) {
 	} else {
 		r.seq, r.numPending = md.Sequence.Stream, md.NumPending
 	}
-	f.ahead.Load().send(r, msg.Data())
+	a := f.ahead.Load()
+	a.send(r, msg.Data())
+	if r.numPending == 0 || r.mdErr != nil {
+		// Nothing more is on its way: what is held goes on now.
+		a.flush()
+	}
 }
 
 // queued is how many records are received and not yet applied.

@@ -47,6 +47,24 @@ func (n Names) ChangesStream() string { return n.upper() + "_CHANGES" }
 // ChangesAll matches every change subject.
 func (n Names) ChangesAll() string { return n.Prefix + ".changes.>" }
 
+// ChangeKind returns the kind token (KindToken, escaped) of a change
+// subject, and false for a subject that is not one of n's changes.
+func (n Names) ChangeKind(subject string) (string, bool) {
+	rest, ok := strings.CutPrefix(subject, n.Prefix+".changes.")
+	if !ok {
+		return "", false
+	}
+	_, rest, ok = strings.Cut(rest, ".") // the cluster
+	if !ok {
+		return "", false
+	}
+	kind, rest, ok := strings.Cut(rest, ".")
+	if !ok || !strings.Contains(rest, ".") { // a namespace and a name follow
+		return "", false
+	}
+	return kind, true
+}
+
 // ChangesCluster matches every change subject of one cluster.
 func (n Names) ChangesCluster(cluster string) string {
 	return n.Prefix + ".changes." + EscapeToken(cluster) + ".>"

@@ -35,7 +35,22 @@ func TestChangeSubject(t *testing.T) {
 			if got := n.ChangeSubject(tc.cluster, tc.ref); got != tc.want {
 				t.Errorf("ChangeSubject() = %q, want %q", got, tc.want)
 			}
+			if kind, ok := n.ChangeKind(tc.want); !ok || kind != EscapeToken(KindToken(tc.ref)) {
+				t.Errorf("ChangeKind(%q) = %q, %v; want %q", tc.want, kind, ok, EscapeToken(KindToken(tc.ref)))
+			}
 		})
+	}
+}
+
+func TestChangeKindRefusesOtherSubjects(t *testing.T) {
+	n, err := NewNames("pw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, subj := range []string{"pw.pushes", "other.changes.c1.Service.ns.a", "pw.changes.c1.Service.ns", "pw.changes.c1"} {
+		if kind, ok := n.ChangeKind(subj); ok {
+			t.Errorf("ChangeKind(%q) = %q, want none", subj, kind)
+		}
 	}
 }
 

@@ -434,12 +434,12 @@ func TestReserve(t *testing.T) {
 	grown := NewStore()
 	applyAll(t, grown, recs...)
 	reserved := NewStore()
-	reserved.Reserve(1000)
+	reserved.Reserve(Reservation{Objects: 1000, Services: 500, EndpointSlices: 500})
 	applyAll(t, reserved, recs...)
 	if diff := cmp.Diff(grown.Snapshot().Services, reserved.Snapshot().Services, ignoreMemo); diff != "" {
 		t.Fatalf("reserved store's mesh (-grown +reserved):\n%s", diff)
 	}
-	reserved.Reserve(10)
+	reserved.Reserve(Reservation{Objects: 10, Services: 10, EndpointSlices: 10})
 	if got := reserved.Len(); got != 2 {
 		t.Fatalf("Reserve on a store holding objects left %d of them, want 2", got)
 	}

@@ -145,6 +145,18 @@ func (s *Set) entries() []entry {
 	return out
 }
 
+// kinds counts the live records per kind, as kind names a subject's
+// (subjects it does not name are left out).
+func (s *Set) kinds(kind func(subject string) (string, bool)) map[string]int {
+	out := make(map[string]int)
+	for subj := range s.live {
+		if k, ok := kind(subj); ok {
+			out[k]++
+		}
+	}
+	return out
+}
+
 // Live returns the live records in sequence order. The records are
 // shared: callers must not change them.
 func (s *Set) Live() []*Record {

@@ -359,11 +359,15 @@ func TestSnapshotView(t *testing.T) {
 	read := func(in Info) map[string]rec {
 		t.Helper()
 		got := make(map[string]rec)
-		if err := st.ReadView(f.ctx, in, func(r Record) error {
+		var kinds map[string]int
+		if err := st.ReadView(f.ctx, in, func(k map[string]int) { kinds = k }, func(r Record) error {
 			got[r.Subject] = rec{Seq: r.Seq, Data: string(r.Data), Model: string(r.Model)}
 			return nil
 		}); err != nil {
 			t.Fatal(err)
+		}
+		if want := map[string]int{"Service": len(got)}; !cmp.Equal(want, kinds) {
+			t.Errorf("view's kinds = %v, want %v", kinds, want)
 		}
 		return got
 	}
@@ -388,7 +392,7 @@ func TestSnapshotView(t *testing.T) {
 	if diff := cmp.Diff(want, read(second)); diff != "" {
 		t.Fatalf("second view (-want +got):\n%s", diff)
 	}
-	if err := st.ReadView(f.ctx, first, func(Record) error { return nil }); !errors.Is(err, ErrNoView) {
+	if err := st.ReadView(f.ctx, first, nil, func(Record) error { return nil }); !errors.Is(err, ErrNoView) {
 		t.Errorf("the first snapshot's view after compaction: %v, want ErrNoView", err)
 	}
 
@@ -407,7 +411,7 @@ func TestSnapshotView(t *testing.T) {
 	// Without forms there is no view, and readers are told so.
 	f.put("d", pb.Op_OP_ADD, "d1")
 	third := step(f.snapshotter())
-	if err := st.ReadView(f.ctx, third, func(Record) error { return nil }); !errors.Is(err, ErrNoView) {
+	if err := st.ReadView(f.ctx, third, nil, func(Record) error { return nil }); !errors.Is(err, ErrNoView) {
 		t.Errorf("ReadView of a snapshot without forms: %v, want ErrNoView", err)
 	}
 }

@@ -293,7 +293,7 @@ func (s *Snapshotter) writeView(ctx context.Context, in Info) {
 		return
 	}
 	began := time.Now()
-	size, err := s.store.WriteView(ctx, s.set, in)
+	size, err := s.store.WriteView(ctx, s.set, in, s.set.kinds(s.opts.Names.ChangeKind))
 	if err != nil {
 		s.metrics.errors.WithLabelValues("view").Inc()
 		s.log.Warn("snapshot view not written: frontends read the snapshot itself", "seq", in.Seq, "err", err)

@@ -2,9 +2,11 @@ package snapshot
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -194,7 +196,11 @@ func (s *Store) ReadSubjects(ctx context.Context, in Info, prefix string, fn fun
 // comes with Record.Model and no Data. It returns ErrNoView when the
 // snapshot has no view. A reader that cannot use a Model form must read
 // the snapshot itself (Read), which has the record beside it.
-func (s *Store) ReadView(ctx context.Context, in Info, fn func(Record) error) error {
+//
+// Before the first record, head (if not nil) gets the view's count of
+// live records per kind token (bus.Names.ChangeKind), nil when the view
+// has none: a reader can size its indexes once instead of growing them.
+func (s *Store) ReadView(ctx context.Context, in Info, head func(kinds map[string]int), fn func(Record) error) error {
 	r, err := s.os.Get(ctx, viewName(in))
 	if errors.Is(err, jetstream.ErrObjectNotFound) {
 		return ErrNoView
@@ -203,6 +209,15 @@ func (s *Store) ReadView(ctx context.Context, in Info, fn func(Record) error) er
 		return fmt.Errorf("get snapshot view %s: %w", viewName(in), err)
 	}
 	defer r.Close()
+	if head != nil {
+		var kinds map[string]int
+		if oi, err := r.Info(); err == nil && oi.Metadata["kinds"] != "" {
+			if json.Unmarshal([]byte(oi.Metadata["kinds"]), &kinds) != nil {
+				kinds = nil // only a hint
+			}
+		}
+		head(kinds)
+	}
 	if err := decode(r, func(r Record, _ byte) error { return fn(r) }); err != nil {
 		return fmt.Errorf("read snapshot view %s: %w", viewName(in), err)
 	}
@@ -236,7 +251,7 @@ func (s *Store) loadSet(ctx context.Context, in Info) (*Set, error) {
 func (s *Store) Write(ctx context.Context, set *Set) (Info, error) {
 	entries := set.entries()
 	in := Info{Name: fmt.Sprintf("%s%020d", namePrefix, set.Seq()), Seq: set.Seq(), Time: set.Time(), Objects: set.Len(), Subjects: len(entries)}
-	size, err := s.put(ctx, in, in.Name, "pilotwire change-stream snapshot", entries, false)
+	size, err := s.put(ctx, in, in.Name, "pilotwire change-stream snapshot", entries, false, nil)
 	if err != nil {
 		return Info{}, fmt.Errorf("write snapshot %s: %w", in.Name, err)
 	}
@@ -248,11 +263,22 @@ func (s *Store) Write(ctx context.Context, set *Set) (Info, error) {
 // the same set, unchanged since) and returns its size. Write it after
 // the snapshot: a reader that finds the snapshot before its view reads
 // the snapshot itself.
-func (s *Store) WriteView(ctx context.Context, set *Set, in Info) (uint64, error) {
+//
+// kinds is the count of live records per kind token, kept in the view's
+// metadata for ReadView's head.
+func (s *Store) WriteView(ctx context.Context, set *Set, in Info, kinds map[string]int) (uint64, error) {
 	if set.Seq() != in.Seq {
 		return 0, fmt.Errorf("view of snapshot %s: the set is at seq %d", in.Name, set.Seq())
 	}
-	size, err := s.put(ctx, in, viewName(in), "pilotwire change-stream snapshot view (compact forms, for frontends)", set.entries(), true)
+	var extra map[string]string
+	if len(kinds) > 0 {
+		b, err := json.Marshal(kinds)
+		if err != nil {
+			return 0, fmt.Errorf("view of snapshot %s: %w", in.Name, err)
+		}
+		extra = map[string]string{"kinds": string(b)}
+	}
+	size, err := s.put(ctx, in, viewName(in), "pilotwire change-stream snapshot view (compact forms, for frontends)", set.entries(), true, extra)
 	if err != nil {
 		return 0, fmt.Errorf("write snapshot view %s: %w", viewName(in), err)
 	}
@@ -261,21 +287,19 @@ func (s *Store) WriteView(ctx context.Context, set *Set, in Info) (uint64, error
 
 // put encodes entries into the object name, described by in's metadata.
 // The object becomes visible only once complete.
-func (s *Store) put(ctx context.Context, in Info, name, desc string, entries []entry, view bool) (uint64, error) {
+func (s *Store) put(ctx context.Context, in Info, name, desc string, entries []entry, view bool, extra map[string]string) (uint64, error) {
 	pr, pw := io.Pipe()
 	encoded := make(chan struct{})
 	go func() { defer close(encoded); pw.CloseWithError(encode(pw, entries, view)) }()
 	defer func() { <-encoded }()
-	oi, err := s.os.Put(ctx, jetstream.ObjectMeta{
-		Name:        name,
-		Description: desc,
-		Metadata: map[string]string{
-			"seq":      strconv.FormatUint(in.Seq, 10),
-			"time":     in.Time.UTC().Format(time.RFC3339Nano),
-			"objects":  strconv.Itoa(in.Objects),
-			"subjects": strconv.Itoa(in.Subjects),
-		},
-	}, pr)
+	meta := map[string]string{
+		"seq":      strconv.FormatUint(in.Seq, 10),
+		"time":     in.Time.UTC().Format(time.RFC3339Nano),
+		"objects":  strconv.Itoa(in.Objects),
+		"subjects": strconv.Itoa(in.Subjects),
+	}
+	maps.Copy(meta, extra)
+	oi, err := s.os.Put(ctx, jetstream.ObjectMeta{Name: name, Description: desc, Metadata: meta}, pr)
 	pr.CloseWithError(errors.New("put ended")) // lets the encoder return if Put stopped early
 	if err != nil {
 		return 0, err

@@ -313,8 +313,10 @@ func (f *follower) loadSnapshot(ctx context.Context, firstSeq, lastSeq uint64) (
 	// applied before it stopped stays applied: the snapshot holds the
 	// same records at the same sequences, and the store skips those at
 	// or below what it applied.
-	f.store.Reserve(in.Objects)
-	err = f.applySnapshot(func(fn func(snapshot.Record) error) error { return st.ReadView(ctx, *in, fn) }, true)
+	reserve := func(kinds map[string]int) {
+		f.store.Reserve(model.Reservation{Objects: in.Objects, Services: kinds[serviceKind], EndpointSlices: kinds[sliceKind]})
+	}
+	err = f.applySnapshot(func(fn func(snapshot.Record) error) error { return st.ReadView(ctx, *in, reserve, fn) }, true)
 	switch {
 	case err == nil:
 		f.metrics.bootstrapView.Set(1)
@@ -326,6 +328,7 @@ func (f *follower) loadSnapshot(ctx context.Context, firstSeq, lastSeq uint64) (
 		f.metrics.snapshotViewUnusable.Inc()
 		f.log.Warn("snapshot view not usable; reading the snapshot itself", "snapshot", in.Name, "err", err)
 	}
+	reserve(nil)
 	if err := f.applySnapshot(func(fn func(snapshot.Record) error) error { return st.Read(ctx, *in, fn) }, false); err != nil {
 		return nil, fmt.Errorf("load snapshot: %w", err)
 	}
@@ -376,6 +379,12 @@ func (f *follower) applySnapshot(read func(fn func(snapshot.Record) error) error
 	}
 	return err
 }
+
+// The kind tokens of Services and EndpointSlices in a view's counts.
+var (
+	serviceKind = bus.EscapeToken(bus.KindToken(&pb.ObjectRef{Kind: model.KindService}))
+	sliceKind   = bus.EscapeToken(bus.KindToken(&pb.ObjectRef{Group: model.GroupDiscovery, Kind: model.KindEndpointSlice}))
+)
 
 // errViewRefused ends the read of a view once a form was refused.
 var errViewRefused = errors.New("a compact form was refused")

@@ -289,16 +289,11 @@ func DecodeCompact(b []byte) (Decoded, error) {
 	if r.byte() != compactVersion {
 		return Decoded{}, fmt.Errorf("%w: unknown version", errCompact)
 	}
-	var d Decoded
+	d := Decoded{hasRef: true}
 	d.key = ObjectKey{Cluster: r.str(), Group: r.str(), Kind: r.str(), Namespace: r.str(), Name: r.str()}
 	op := r.uvarint()
-	rec := &pb.ChangeRecord{
-		Cluster: d.key.Cluster,
-		Ref:     &pb.ObjectRef{Group: d.key.Group, Kind: d.key.Kind, Namespace: d.key.Namespace, Name: d.key.Name},
-		Op:      pb.Op(int32(op)),
-		Uid:     r.str(), ResourceVersion: r.str(),
-	}
-	d.rec = rec
+	d.op = pb.Op(int32(op))
+	d.uid, d.resourceVersion = r.str(), r.str()
 	switch r.byte() {
 	case compactService:
 		d.e = &entry{svc: r.service()}

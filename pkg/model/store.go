@@ -240,28 +240,31 @@ func (s *Store) applyDecoded(d *Decoded, seq uint64) error {
 	return nil
 }
 
-// Decoded is a change record with its object decoded ([Decode]).
+// Decoded is a change record with its object decoded ([Decode]): what
+// applying it reads of the record, without the record.
 type Decoded struct {
-	rec *pb.ChangeRecord
-	key ObjectKey
-	e   *entry // the decoded object of an add or update with a valid ref
-	err error  // why the object of such a record does not decode
+	hasRef               bool // the record names an object
+	op                   pb.Op
+	uid, resourceVersion string
+	key                  ObjectKey
+	e                    *entry // the decoded object of an add or update with a valid ref
+	err                  error  // why the object of such a record does not decode
 }
 
-// Record is the change record d was decoded from (for a compact form,
-// the record's key, op, uid and resourceVersion without its object).
-func (d *Decoded) Record() *pb.ChangeRecord { return d.rec }
+// Key is the object the record is of.
+func (d *Decoded) Key() ObjectKey { return d.key }
 
 // Decode decodes the object of an add or update, the part of applying a
 // record that reads nothing but the record. It may run on any goroutine,
 // ahead of [Store.ApplyDecoded]; every error is left for ApplyDecoded to
 // return. The result owns what it decoded, so apply it at most once.
 func Decode(rec *pb.ChangeRecord) Decoded {
-	d := Decoded{rec: rec}
+	d := Decoded{op: rec.GetOp(), uid: rec.GetUid(), resourceVersion: rec.GetResourceVersion()}
 	ref := rec.GetRef()
 	if ref == nil {
 		return d
 	}
+	d.hasRef = true
 	d.key = ObjectKey{Cluster: rec.GetCluster(), Group: ref.GetGroup(), Kind: ref.GetKind(), Namespace: ref.GetNamespace(), Name: ref.GetName()}
 	if d.key.Kind == "" || d.key.Name == "" {
 		return d
@@ -273,8 +276,7 @@ func Decode(rec *pb.ChangeRecord) Decoded {
 }
 
 func (s *Store) apply(d *Decoded, seq uint64) error {
-	rec := d.rec
-	if rec.GetRef() == nil {
+	if !d.hasRef {
 		return errors.New("record has no object ref")
 	}
 	key := d.key
@@ -282,7 +284,7 @@ func (s *Store) apply(d *Decoded, seq uint64) error {
 		return fmt.Errorf("object %s: kind and name are required", key)
 	}
 	defer s.noteGatewayAPIRef(key, s.gatewayAPIRefOf(key))
-	switch rec.GetOp() {
+	switch d.op {
 	case pb.Op_OP_ADD, pb.Op_OP_UPDATE:
 		e, err := d.e, d.err
 		if err != nil {
@@ -290,13 +292,13 @@ func (s *Store) apply(d *Decoded, seq uint64) error {
 				s.undecodable[key] = fmt.Sprintf("record seq %d cannot be decoded (%v): the previous version, if any, stays", seq, err)
 				s.problemsDirty = true
 			}
-			return fmt.Errorf("%s %s: %w", rec.GetOp(), key, err)
+			return fmt.Errorf("%s %s: %w", d.op, key, err)
 		}
 		if _, ok := s.undecodable[key]; ok {
 			delete(s.undecodable, key)
 			s.problemsDirty = true
 		}
-		e.uid, e.resourceVersion, e.seq = rec.GetUid(), rec.GetResourceVersion(), seq
+		e.uid, e.resourceVersion, e.seq = d.uid, d.resourceVersion, seq
 		if old := s.objects[key]; old != nil && (e.pod != nil && samePod(old.pod, e.pod) || e.node != nil && old.node != nil && *old.node == *e.node) {
 			// Status churn: nothing the mesh reads changed.
 			old.uid, old.resourceVersion, old.seq = e.uid, e.resourceVersion, e.seq
@@ -313,7 +315,7 @@ func (s *Store) apply(d *Decoded, seq uint64) error {
 		s.remove(key)
 		return nil
 	default:
-		return fmt.Errorf("object %s: unknown op %v", key, rec.GetOp())
+		return fmt.Errorf("object %s: unknown op %v", key, d.op)
 	}
 }
 

@@ -169,6 +169,16 @@ func (p *decodeAhead) closeInput() {
 // receive returns the next record in the order sent. It reports false
 // when quit is closed, or after the last record once the input is closed.
 func (p *decodeAhead) receive() (decodedRecord, bool) {
+	r, ok := p.nextRecord()
+	if !ok {
+		return decodedRecord{}, false
+	}
+	return *r, true
+}
+
+// nextRecord is receive without the copy: the record stays in its batch,
+// valid until the next call.
+func (p *decodeAhead) nextRecord() (*decodedRecord, bool) {
 	if p.curI == len(p.cur) {
 		if p.cur != nil {
 			clear(p.cur) // the records' data and decoded objects go
@@ -181,28 +191,29 @@ func (p *decodeAhead) receive() (decodedRecord, bool) {
 		select {
 		case b, ok := <-p.out[p.recv]:
 			if !ok {
-				return decodedRecord{}, false
+				return nil, false
 			}
 			p.recv = (p.recv + 1) % len(p.out)
 			p.cur, p.curI = b, 0
 		case <-p.quit:
-			return decodedRecord{}, false
+			return nil, false
 		}
 	}
-	r := p.cur[p.curI].r
+	r := &p.cur[p.curI].r
 	p.curI++
 	p.held.Add(-1)
 	return r, true
 }
 
-// each calls fn with every record, in order, until receive ends.
+// each calls fn with every record, in order, until receive ends. fn must
+// not keep the record: its place is reused once fn returns.
 func (p *decodeAhead) each(fn func(*decodedRecord)) {
 	for {
-		r, ok := p.receive()
+		r, ok := p.nextRecord()
 		if !ok {
 			return
 		}
-		fn(&r)
+		fn(r)
 	}
 }
 

@@ -149,13 +149,12 @@ type decodedRecord struct {
 	subject    string
 	seq        uint64 // stream sequence
 	numPending uint64
-	mdErr      error            // the message has no metadata; nothing below is set
-	pbErr      error            // not a ChangeRecord; rec and d are not set
-	compact    []byte           // the record's compact form from a snapshot, decoded instead of the record
-	fromView   bool             // from a snapshot's view: compact comes without the record
-	formErr    error            // from a view: compact did not decode; nothing else is set
-	rec        *pb.ChangeRecord // the decoded record
-	d          model.Decoded    // rec with its object decoded
+	mdErr      error         // the message has no metadata; nothing below is set
+	pbErr      error         // not a ChangeRecord; d is not set
+	compact    []byte        // the record's compact form from a snapshot, decoded instead of the record
+	fromView   bool          // from a snapshot's view: compact comes without the record
+	formErr    error         // from a view: compact did not decode; nothing else is set
+	d          model.Decoded // the record with its object decoded
 }
 
 // start starts following and returns once the model has applied the
@@ -352,7 +351,8 @@ func (f *follower) applySnapshot(read func(fn func(snapshot.Record) error) error
 			switch {
 			case refused.Load() != nil:
 			case r.formErr != nil:
-				refused.Store(r)
+				rc := *r // r's place is reused
+				refused.Store(&rc)
 			default:
 				f.applyDecoded(r)
 			}
@@ -409,7 +409,7 @@ func (f *follower) decode(r *decodedRecord, data []byte) {
 		r.compact = nil
 		d, err := model.DecodeCompact(c)
 		if err == nil {
-			r.rec, r.d = d.Record(), d
+			r.d = d
 			return
 		}
 		if r.fromView {
@@ -429,7 +429,7 @@ func (f *follower) decode(r *decodedRecord, data []byte) {
 		r.pbErr = err
 		return
 	}
-	r.rec, r.d = rec, model.Decode(rec)
+	r.d = model.Decode(rec)
 }
 
 // applyDecoded applies a decoded record; a bad one is logged and counted
@@ -505,7 +505,7 @@ func (f *follower) step(r *decodedRecord) {
 	f.gate.advance(r.seq)
 	if r.numPending == 0 {
 		f.caughtUpOnce.Do(func() { close(f.caughtUp) })
-		if ref := r.rec.GetRef(); ref.GetGroup() == model.GroupNetworking || ref.GetKind() == model.KindService || !f.reportedOnce {
+		if key := r.d.Key(); key.Group == model.GroupNetworking || key.Kind == model.KindService || !f.reportedOnce {
 			f.reportProblems()
 		}
 	}

@@ -356,6 +356,22 @@ func TestBenchBinaries(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(work, "out.png")); err != nil {
 		t.Error(err)
 	}
+
+	// pwbench replay: the same build twice, as a before and an after.
+	rwork := t.TempDir()
+	out, err := exec.CommandContext(ctx, filepath.Join(bin, "pwbench"), "replay", "--bin-dirs", bin+","+bin,
+		"--runs", "1", "--mesh", "20x2", "--work-dir", rwork).CombinedOutput()
+	if err != nil {
+		t.Fatalf("pwbench replay: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "40 records ingested") {
+		t.Errorf("pwbench replay did not ingest the 40 records:\n%s", out)
+	}
+	for _, kind := range []string{"stream", "snapshot"} {
+		if n := strings.Count(string(out), "| "+kind+" | "+bin+" |"); n != 2 {
+			t.Errorf("pwbench replay: %d summary rows of %s starts, want 2:\n%s", n, kind, out)
+		}
+	}
 }
 
 func tail(b []byte, n int) string {

@@ -2,8 +2,9 @@
 // product: `pwbench run` benchmarks pilotwire against go-control-plane side
 // by side (docs/benchmarks.md), `pwbench loadgen` simulates Envoy sidecars,
 // `pwbench baseline` serves a YAML directory with go-control-plane,
-// `pwbench mesh` writes the benchmark's mesh as YAML, and `pwbench faults`
-// runs the fault matrix (docs/reliability.md).
+// `pwbench mesh` writes the benchmark's mesh as YAML, `pwbench faults`
+// runs the fault matrix (docs/reliability.md), and `pwbench replay` times
+// fresh frontends of several builds replaying one change stream.
 package main
 
 import (
@@ -19,6 +20,6 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newBenchCmd(), newMeshCmd(), newLoadgenCmd(), newBaselineCmd(), newFaultsCmd())
+	root.AddCommand(newBenchCmd(), newMeshCmd(), newLoadgenCmd(), newBaselineCmd(), newFaultsCmd(), newReplayCmd())
 	svc.Main(root)
 }

@@ -1,6 +1,6 @@
 // Package procstat reads what the harness measures about processes from
-// Linux's /proc: CPU time (utime + stime), resident memory (VmRSS) and the
-// process tree.
+// Linux's /proc: CPU time (utime + stime), page faults, resident memory
+// (VmRSS) and the process tree.
 package procstat
 
 import (
@@ -30,6 +30,20 @@ func CPU(pid int) (time.Duration, error) {
 		return 0, fmt.Errorf("parse /proc/%d/stat times: %v %v", pid, err1, err2)
 	}
 	return time.Duration(utime+stime) * time.Second / clockTick, nil
+}
+
+// MinorFaults returns a process's minor page faults (minflt): each first
+// touch of a page of fresh memory is one.
+func MinorFaults(pid int) (uint64, error) {
+	f, err := statFields(pid)
+	if err != nil {
+		return 0, err
+	}
+	n, err := strconv.ParseUint(f[10-3], 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("parse /proc/%d/stat minflt: %w", pid, err)
+	}
+	return n, nil
 }
 
 // PPID returns the parent of a process.

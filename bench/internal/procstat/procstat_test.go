@@ -31,6 +31,17 @@ func TestSelf(t *testing.T) {
 	if err != nil || rss < 1<<20 {
 		t.Errorf("RSS = %d, %v; want at least 1 MiB", rss, err)
 	}
+	before, err := MinorFaults(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	touch := make([]byte, 8<<20) // fresh pages: each first write faults
+	for i := 0; i < len(touch); i += 4096 {
+		touch[i] = 1
+	}
+	if after, err := MinorFaults(pid); err != nil || after < before+1000 {
+		t.Errorf("minor faults %d -> %d (%v) after touching 2,048 fresh pages; want at least 1,000 more", before, after, err)
+	}
 	if pp, err := PPID(pid); err != nil || pp != os.Getppid() {
 		t.Errorf("PPID = %d, %v; want %d", pp, err, os.Getppid())
 	}

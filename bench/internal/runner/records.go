@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/pilotwire/pilotwire/bench/internal/procstat"
 	"github.com/pilotwire/pilotwire/pkg/bus"
 	"github.com/pilotwire/pilotwire/pkg/model"
 	"github.com/pilotwire/pilotwire/pkg/natsembed"
@@ -85,25 +86,55 @@ func (l *procLab) Ingest(ctx context.Context, prefix, dir string) (IngestRun, er
 }
 
 func (l *procLab) Replay(ctx context.Context, prefix string) (time.Duration, error) {
-	port, err := FreePorts(2)
+	run, err := l.ReplayWith(ctx, l.p.BinDir, prefix)
+	return run.Ready, err
+}
+
+// ReplayRun is one fresh frontend's start.
+type ReplayRun struct {
+	// Ready is the time from starting the process to its readiness; CPU
+	// the process's CPU time then, and MinorFaults its page faults.
+	Ready, CPU  time.Duration
+	MinorFaults uint64
+}
+
+// ReplayWith starts the ADS frontend of binDir on prefix and times it
+// until ready, as Replay does with the lab's own binaries.
+func (l *procLab) ReplayWith(ctx context.Context, binDir, prefix string) (ReplayRun, error) {
+	port, err := FreePorts(3)
 	if err != nil {
-		return 0, err
+		return ReplayRun{}, err
 	}
 	name := l.p.next("replay-" + prefix)
 	start := time.Now()
-	pr, err := l.p.start(name, filepath.Join(l.p.BinDir, "ads"), nil,
+	pr, err := l.p.start(name, filepath.Join(binDir, "ads"), nil,
 		"--nats-url", l.ns.URL(), "--prefix", prefix, "--http-addr", addr(port), "--ads-addr", addr(port+1),
-		"--frontend-id", name, "--record-deliveries=false", "--drain-duration", "0s", "--log-level", "warn")
+		"--debug-addr", addr(port+2), "--frontend-id", name, "--record-deliveries=false", "--drain-duration", "0s", "--log-level", "warn")
 	if err != nil {
-		return 0, err
+		return ReplayRun{}, err
 	}
 	err = waitReady(ctx, pr, "http://"+addr(port)+"/readyz", 5*time.Minute)
-	ready := time.Since(start)
+	run := ReplayRun{Ready: time.Since(start)}
+	if err == nil {
+		run.CPU, err = procstat.CPU(pr.pid())
+	}
+	if err == nil {
+		run.MinorFaults, err = procstat.MinorFaults(pr.pid())
+	}
 	stopErr := pr.stop(30 * time.Second)
 	if err != nil {
-		return 0, err
+		return ReplayRun{}, err
 	}
-	return ready, stopErr
+	return run, stopErr
+}
+
+// ReplayWith is procLab.ReplayWith for a lab of Procs.RecordsLab.
+func ReplayWith(ctx context.Context, lab RecordsLab, binDir, prefix string) (ReplayRun, error) {
+	l, ok := lab.(*procLab)
+	if !ok {
+		return ReplayRun{}, fmt.Errorf("not a lab of processes: %T", lab)
+	}
+	return l.ReplayWith(ctx, binDir, prefix)
 }
 
 func (l *procLab) Snapshot(ctx context.Context, prefix string) error {

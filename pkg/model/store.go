@@ -259,18 +259,23 @@ func (d *Decoded) Key() ObjectKey { return d.key }
 // ahead of [Store.ApplyDecoded]; every error is left for ApplyDecoded to
 // return. The result owns what it decoded, so apply it at most once.
 func Decode(rec *pb.ChangeRecord) Decoded {
-	d := Decoded{op: rec.GetOp(), uid: rec.GetUid(), resourceVersion: rec.GetResourceVersion()}
 	ref := rec.GetRef()
-	if ref == nil {
+	key := ObjectKey{Cluster: rec.GetCluster(), Group: ref.GetGroup(), Kind: ref.GetKind(), Namespace: ref.GetNamespace(), Name: ref.GetName()}
+	return decodeRecord(ref != nil, key, rec.GetOp(), rec.GetUid(), rec.GetResourceVersion(), rec.GetObject())
+}
+
+// decodeRecord is Decode of a record's fields.
+func decodeRecord(hasRef bool, key ObjectKey, op pb.Op, uid, resourceVersion string, object []byte) Decoded {
+	d := Decoded{op: op, uid: uid, resourceVersion: resourceVersion}
+	if !hasRef {
 		return d
 	}
-	d.hasRef = true
-	d.key = ObjectKey{Cluster: rec.GetCluster(), Group: ref.GetGroup(), Kind: ref.GetKind(), Namespace: ref.GetNamespace(), Name: ref.GetName()}
+	d.hasRef, d.key = true, key
 	if d.key.Kind == "" || d.key.Name == "" {
 		return d
 	}
-	if op := rec.GetOp(); op == pb.Op_OP_ADD || op == pb.Op_OP_UPDATE {
-		d.e, d.err = decode(d.key, rec.GetObject())
+	if op == pb.Op_OP_ADD || op == pb.Op_OP_UPDATE {
+		d.e, d.err = decode(d.key, object)
 	}
 	return d
 }

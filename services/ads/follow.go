@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/pilotwire/pilotwire/pkg/bus"
 	"github.com/pilotwire/pilotwire/pkg/model"
@@ -424,12 +423,12 @@ func (f *follower) decode(r *decodedRecord, data []byte) {
 			f.log.Warn("compact form in the snapshot refused: decoding the records beside such forms instead", "subject", r.subject, "seq", r.seq, "err", err)
 		}
 	}
-	rec := &pb.ChangeRecord{}
-	if err := proto.Unmarshal(data, rec); err != nil {
+	d, err := model.DecodeWire(data)
+	if err != nil {
 		r.pbErr = err
 		return
 	}
-	r.d = model.Decode(rec)
+	r.d = d
 }
 
 // applyDecoded applies a decoded record; a bad one is logged and counted

@@ -21,6 +21,7 @@ FUZZ_TARGETS := \
 	./pkg/model:FuzzApply \
 	./pkg/model:FuzzFastDecode \
 	./pkg/model:FuzzCompactForm \
+	./pkg/model:FuzzDecodeWire \
 	./pkg/snapshot:FuzzDecode \
 	./pkg/bus:FuzzEscapeToken \
 	./pkg/debounce:FuzzBatchMerge \

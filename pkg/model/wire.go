@@ -41,7 +41,7 @@ type wireRecord struct {
 // Field numbers of pb.ChangeRecord and pb.ObjectRef (change.proto).
 const (
 	wireCluster, wireRef, wireOp, wireUID, wireResourceVersion, wireObservedAt, wireObject, wireSource = 1, 2, 3, 4, 5, 6, 7, 8
-	wireGroup, wireVersion, wireKind, wireNamespace, wireName                                         = 1, 2, 3, 4, 5
+	wireGroup, wireVersion, wireKind, wireNamespace, wireName                                          = 1, 2, 3, 4, 5
 )
 
 // readWire reads a ChangeRecord as proto.Unmarshal would, and reports

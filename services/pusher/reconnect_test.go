@@ -141,19 +141,7 @@ func TestLateSweepDoesNotCountThePause(t *testing.T) {
 // ones still silent then are forgotten. Before the fix both frontends
 // here were forgotten.
 func TestAllFrontendsSilentIsTheRegistry(t *testing.T) {
-	url := natstest.Start(t)
-	sweeps := make(chan struct{}, 1)
-	p := runPusher(t, url, Config{ID: "pa", PushTimeout: time.Minute, FrontendTimeout: time.Second, afterSweep: func() {
-		select {
-		case sweeps <- struct{}{}:
-		default:
-		}
-	}})
-	testutil.Eventually(t, "active", func() bool { return p.metric("pilotwire_pusher_leader") == 1 })
-	a, b := newFrontend(t, url, "fe-a"), newFrontend(t, url, "fe-b")
-	a.register("ca", 0)
-	b.register("cb", 0)
-	testutil.Eventually(t, "both connections known", func() bool { return p.metric("pilotwire_pusher_connections") == 2 })
+	p, a, _, sweeps := frontendPair(t, time.Second)
 	// Neither heartbeats again: past the timeout, several sweeps later,
 	// both are still known.
 	deadline := time.Now().Add(2500 * time.Millisecond)
@@ -167,21 +155,82 @@ func TestAllFrontendsSilentIsTheRegistry(t *testing.T) {
 	if got := p.metric("pilotwire_pusher_frontend_expiry_suspended"); got != 1 {
 		t.Errorf("expiry suspended = %v, want 1", got)
 	}
-	// One is heard from, and goes on heartbeating as a live frontend does:
-	// the other, still silent, is dead after all. (A single heartbeat is
-	// not enough on a starved machine: a sweep more than the timeout after
-	// it finds both silent again, rightly.)
+	// One is heard from, and goes on heartbeating: the other is dead.
+	heartbeatUntilOneLeft(t, p, a)
+	if got := p.metric("pilotwire_pusher_frontend_expiry_suspended"); got != 0 {
+		t.Errorf("expiry suspended = %v once a frontend was heard from, want 0", got)
+	}
+}
+
+// TestFrontendsSilentOutOfPhaseIsTheRegistry (fault matrix, NATS node
+// loss, found by a kept run): the frontends' heartbeats stop reaching the
+// registry at once, but their last ones were out of phase, so one
+// frontend passed the timeout a sweep before the other. The pusher forgot
+// the first and its connections (not every frontend was past the timeout
+// yet), and read them back only 10 s later, when the registry returned:
+// those proxies got no pushes meanwhile. Every frontend having missed a
+// heartbeat (quiet for half the timeout) when one passes the timeout is
+// the registry too. Here fe-a's last heartbeat is a sweep before fe-b's;
+// before the fix fe-a was forgotten at the first sweep past its timeout.
+func TestFrontendsSilentOutOfPhaseIsTheRegistry(t *testing.T) {
+	p, a, b, sweeps := frontendPair(t, 2500*time.Millisecond)
+	// Last heartbeats one sweep apart (sweeps are 1 s apart), then silence.
+	<-sweeps
+	a.heartbeat()
+	<-sweeps
+	b.heartbeat()
+	// Three sweeps after fe-a's heartbeat it is past the timeout (about
+	// 3 s > 2.5 s) and fe-b is not (about 2 s), but both have missed a
+	// heartbeat (quiet for more than half the timeout).
+	for range 2 {
+		<-sweeps
+	}
+	if got := p.metric("pilotwire_pusher_connections"); got != 2 {
+		t.Fatalf("connections = %v with both frontends silent out of phase, want both kept", got)
+	}
+	if got := p.metric("pilotwire_pusher_frontend_expiry_suspended"); got != 1 {
+		t.Errorf("expiry suspended = %v, want 1", got)
+	}
+	// fe-b heartbeats on: fe-a, still silent, is dead.
+	heartbeatUntilOneLeft(t, p, b)
+}
+
+// frontendPair runs a pusher with the frontend timeout given and two
+// frontends, fe-a and fe-b, with one connection each, known to it; sweeps
+// gets a value after each sweep.
+func frontendPair(t *testing.T, timeout time.Duration) (p *harness, a, b *fakeFrontend, sweeps <-chan struct{}) {
+	t.Helper()
+	url := natstest.Start(t)
+	swept := make(chan struct{}, 1)
+	p = runPusher(t, url, Config{ID: "pa", PushTimeout: time.Minute, FrontendTimeout: timeout, afterSweep: func() {
+		select {
+		case swept <- struct{}{}:
+		default:
+		}
+	}})
+	testutil.Eventually(t, "active", func() bool { return p.metric("pilotwire_pusher_leader") == 1 })
+	a, b = newFrontend(t, url, "fe-a"), newFrontend(t, url, "fe-b")
+	a.register("ca", 0)
+	b.register("cb", 0)
+	testutil.Eventually(t, "both connections known", func() bool { return p.metric("pilotwire_pusher_connections") == 2 })
+	return p, a, b, swept
+}
+
+// heartbeatUntilOneLeft heartbeats f as a live frontend does until the
+// pusher knows one connection only: the other frontend's, still silent,
+// is dead after all. (A single heartbeat is not enough on a starved
+// machine: a sweep more than the timeout after it finds both silent
+// again, rightly.)
+func heartbeatUntilOneLeft(t *testing.T, p *harness, f *fakeFrontend) {
+	t.Helper()
 	var last time.Time
 	testutil.Eventually(t, "the silent frontend forgotten", func() bool {
 		if time.Since(last) > 200*time.Millisecond {
-			a.heartbeat()
+			f.heartbeat()
 			last = time.Now()
 		}
 		return p.metric("pilotwire_pusher_connections") == 1
 	})
-	if got := p.metric("pilotwire_pusher_frontend_expiry_suspended"); got != 0 {
-		t.Errorf("expiry suspended = %v once a frontend was heard from, want 0", got)
-	}
 }
 
 // TestPauseInsideASweepDoesNotCountThePause: a SIGSTOP that lands inside

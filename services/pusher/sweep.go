@@ -94,22 +94,29 @@ func (p *Pusher) expireFrontends(ctx context.Context, now time.Time) {
 		}
 	}
 	var silent []string
+	quiet := 0 // frontends that missed a heartbeat: quiet for half the timeout
 	for id, seen := range p.frontends {
 		if now.Sub(seen) > p.cfg.FrontendTimeout {
 			silent = append(silent, id)
+		}
+		if now.Sub(seen) > p.cfg.FrontendTimeout/2 {
+			quiet++
 		}
 	}
 	// Every frontend silent at once is the registry (PW_REGISTRY without a
 	// leader takes no heartbeat), not the frontends: forgetting them all
 	// would only make the pusher read every connection back when it
-	// returns. Expiry waits until one is heard from again. With a single
-	// frontend the two cannot be told apart, and a silent one is expired.
-	suspend := len(silent) >= 2 && len(silent) == len(p.frontends)
+	// returns. Their last heartbeats are out of phase, so they pass the
+	// timeout a sweep or two apart: every frontend having missed one when
+	// the first passes it counts as silent at once. Expiry waits until one
+	// is heard from again. With a single frontend the two cannot be told
+	// apart, and a silent one is expired.
+	suspend := len(silent) >= 1 && len(p.frontends) >= 2 && quiet == len(p.frontends)
 	if suspend != p.expirySuspended {
 		p.expirySuspended = suspend
 		if suspend {
 			p.m.expirySuspended.Set(1)
-			p.log.Warn("no frontend heard from within the timeout: the registry is not delivering heartbeats (no leader?); no frontend is expired until one is heard from", "frontends", len(silent), "timeout", p.cfg.FrontendTimeout)
+			p.log.Warn("every frontend missed a heartbeat and some are past the timeout: the registry is not delivering heartbeats (no leader?); no frontend is expired until one is heard from", "frontends", len(p.frontends), "past_timeout", len(silent), "timeout", p.cfg.FrontendTimeout)
 		} else {
 			p.m.expirySuspended.Set(0)
 			p.log.Info("a frontend was heard from: frontend expiry resumes")

@@ -119,9 +119,12 @@ type follower struct {
 	// record of each subject (tests compare the two); ignoreSnapshots
 	// reads the last record of each subject even when there is a snapshot.
 	fullReplay, ignoreSnapshots bool
-	decoders                    int           // goroutines decoding records: a core each, less the apply loop's
-	compactRefusedLogged        atomic.Bool   // a refused compact form was logged (the decoders count every one)
-	quit                        chan struct{} // closed when following stops
+	// heap is readied for the snapshot the model starts from (nil: left
+	// alone); the caller puts it back once start returns.
+	heap                 *bootHeap
+	decoders             int           // goroutines decoding records: a core each, less the apply loop's
+	compactRefusedLogged atomic.Bool   // a refused compact form was logged (the decoders count every one)
+	quit                 chan struct{} // closed when following stops
 
 	// ahead is the decoders of the stage running now (loading a snapshot,
 	// then following); nil before start. The consumer callback sends to
@@ -265,6 +268,7 @@ func (f *follower) startFrom(ctx context.Context, firstSeq, lastSeq uint64) (jet
 		// consumer below delivers that record again or a later one.
 		f.metrics.snapshotUnusable.Inc()
 		f.log.Error("snapshot not usable; starting from the change stream instead", "err", err)
+		f.heap.done() // sized for the snapshot, not for the stream
 		return cfg, 0, nil
 	}
 	if in == nil {
@@ -305,6 +309,7 @@ func (f *follower) loadSnapshot(ctx context.Context, firstSeq, lastSeq uint64) (
 		// it would miss them. Counted and logged as unusable by the caller.
 		return nil, fmt.Errorf("the change stream lost the records after the newest snapshot (snapshot at seq %d, the stream starts at %d)", in.Seq, firstSeq)
 	}
+	f.heap.prepare(in.Size)
 	// The snapshot's view first: its compact forms without the records
 	// beside them, a third of the bytes to fetch, hash and copy. Without
 	// one, or when it cannot be used, the snapshot itself. What a view

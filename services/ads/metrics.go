@@ -22,6 +22,7 @@ type metrics struct {
 	compactRefused       prometheus.Counter
 	snapshotViewUnusable prometheus.Counter
 	bootstrapView        prometheus.Gauge
+	bootstrapBallast     prometheus.Gauge
 	orders               *prometheus.CounterVec
 	orderSeqs            *prometheus.CounterVec
 	ordersDropped        prometheus.Counter
@@ -91,6 +92,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 		bootstrapView: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "pilotwire_ads_bootstrap_snapshot_view", Help: "1 when the model started from a snapshot's view (compact forms alone), 0 otherwise.",
+		}),
+		bootstrapBallast: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "pilotwire_ads_bootstrap_heap_ballast_bytes", Help: "Heap mapped in huge pages before the model was built from a snapshot (--bootstrap-heap; 0: none).",
 		}),
 		snapshotSeq: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "pilotwire_ads_bootstrap_snapshot_seq", Help: "Sequence of the snapshot the model started from (0: it read the stream).",
@@ -167,7 +171,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		Name: "pilotwire_xds_marshals_total", Help: "xDS resources marshalled (once per resource version, shared by every proxy).",
 	}, func() float64 { return float64(xdsgen.Marshals()) })
 	reg.MustRegister(marshals, m.routers, m.connections, m.pushes, m.rejects, m.expiredNonce, m.sendErrors, m.badRequests, m.shed,
-		m.badRecords, m.appliedSeq, m.snapshotSeq, m.snapshotUnusable, m.compactRefused, m.snapshotViewUnusable, m.bootstrapView, m.orders, m.orderSeqs, m.ordersDropped, m.responseBytes, m.registryErrors, m.registryWrites,
+		m.badRecords, m.appliedSeq, m.snapshotSeq, m.snapshotUnusable, m.compactRefused, m.snapshotViewUnusable, m.bootstrapView, m.bootstrapBallast, m.orders, m.orderSeqs, m.ordersDropped, m.responseBytes, m.registryErrors, m.registryWrites,
 		m.deliveryDrops, m.admitRejects, m.admitWaiting, m.admitWait, m.convergence, m.pushTime, m.sendTime, m.configSize, m.deferred, m.reregistrations, m.doneErrors, m.doneMessages, m.generateErrors)
 	return m
 }

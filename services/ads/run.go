@@ -139,8 +139,15 @@ func Run(ctx context.Context, cfg Config, d svc.Deps) error {
 		Name: "pilotwire_ads_change_records_queued", Help: "Change records received and not yet applied to the model, waiting to be decoded or decoded.",
 	}, func() float64 { return float64(f.queued()) }))
 	restoreGC := raiseGCPercent(cfg.BootstrapGOGC)
+	f.heap = newBootHeap(cfg.BootstrapHeap, log, m.bootstrapBallast.Set)
+	if cfg.bootHeapOptions != nil {
+		cfg.bootHeapOptions(f.heap)
+	}
+	// Put back once ready: the collector's first cycle over the new model
+	// runs beside the first streams, not before the frontend serves.
+	restoreBoot := sync.OnceFunc(func() { f.heap.done(); restoreGC() })
+	defer restoreBoot()
 	stopFollow, err := f.start(ctx)
-	restoreGC()
 	if err != nil {
 		return err
 	}
@@ -202,11 +209,12 @@ func Run(ctx context.Context, cfg Config, d svc.Deps) error {
 	wg.Add(1)
 	go func() { defer wg.Done(); serveErr <- gs.Serve(lis) }()
 	addr := lis.Addr().String()
+	d.Health.SetReady()
+	log.Info("ads ready", "addr", addr, "seq", gate.get())
+	restoreBoot()
 	if cfg.OnListen != nil {
 		cfg.OnListen(addr)
 	}
-	d.Health.SetReady()
-	log.Info("ads ready", "addr", addr, "seq", gate.get())
 
 	select {
 	case <-ctx.Done():

@@ -89,7 +89,10 @@ func replayOnce(ctx context.Context, b *testing.B, nc *nats.Conn, js jetstream.J
 		ADSAddr:    "127.0.0.1:0",
 		FrontendID: id,
 		OnListen:   func(string) { close(ready) },
-		// As the binary runs it (--bootstrap-gogc).
+		// As the binary runs it (--bootstrap-gogc), but without
+		// --bootstrap-heap: that readies a fresh process's heap, and this
+		// one's is warm from the runs before (pwbench replay times fresh
+		// processes).
 		BootstrapGOGC: ads.DefaultConfig().BootstrapGOGC,
 	}
 	rctx, stop := context.WithCancel(ctx)

@@ -11,11 +11,12 @@ import (
 	"unsafe"
 )
 
-// bootHeap readies the process's heap for a start from a snapshot of known
-// size, and puts the collector's settings back once the model is built.
+// bootHeap readies the process's heap for the model's first build, from a
+// snapshot or the change stream, and puts the collector's settings back
+// once the frontend is ready.
 //
-// Beyond decoding, two costs dominate a fresh frontend's start from a
-// snapshot (docs/benchmarks.md, "Issue 17: the bootstrap heap"):
+// Beyond decoding, two costs dominate a fresh frontend's start
+// (docs/benchmarks.md, "Issue 17: the bootstrap heap"):
 //   - the collector marks the half-built model at least once while nothing
 //     is served yet;
 //   - every page the heap grows into is a page fault, 4 KiB at a time
@@ -23,9 +24,9 @@ import (
 //     "madvise", the default of Debian and Ubuntu), and a fault on a page
 //     first read costs a TLB shootdown on every core.
 //
-// So while a snapshot is replayed the collector waits, bounded by a memory
-// limit sized from the snapshot (a collection starts at that limit, so a
-// wrong estimate costs time, not memory). In THP madvise mode the heap the
+// So while the model is built the collector waits, bounded by a memory
+// limit sized from what is replayed (a collection starts at that limit, so
+// a wrong estimate costs time, not memory). In THP madvise mode the heap the
 // replay will fill is also mapped up front in huge pages: a ballast of that
 // size is allocated, advised MADV_HUGEPAGE and freed, and the replay's
 // objects reuse its pages. Once the model is built the range is advised
@@ -38,11 +39,14 @@ import (
 // (GOGC=off) is left alone too.
 type bootHeap struct {
 	enabled    bool
-	minBallast uint64        // a smaller estimate allocates no ballast
-	thp        func() string // the kernel's THP mode: always, madvise, never or "" (none)
-	heapFree   func() uint64 // free heap still mapped in
-	log        *slog.Logger
-	ballastSet func(float64) // reports the ballast's size
+	minBallast uint64 // a smaller estimate allocates no ballast
+	// Heap a replay allocates per byte it reads; see newBootHeap.
+	perSnapshotByte, perStreamByte uint64
+	thp                            func() string // the kernel's THP mode: always, madvise, never or "" (none)
+	heapFree                       func() uint64 // free heap still mapped in
+	inUse                          func() uint64 // memory counted against a memory limit
+	log                            *slog.Logger
+	ballastSet                     func(float64) // reports the ballast's size
 
 	mu          sync.Mutex
 	prepared    bool
@@ -52,27 +56,54 @@ type bootHeap struct {
 }
 
 const (
-	// bootHeapPerByte is about what a replay allocates per byte of the
-	// snapshot, the mesh's build included: 2.5 on the benchmark's
-	// 10000x10 and 1000x100 meshes, 3.2 on 3000x3.
-	bootHeapPerByte = 3
-	// bootHeapLimitPerByte and bootHeapLimitSlack bound the heap while the
-	// collector waits: twice the estimate, plus what was in use.
-	bootHeapLimitPerByte = 2 * bootHeapPerByte
-	bootHeapLimitSlack   = 64 << 20
+	// bootHeapPerSnapshotByte and bootHeapPerStreamByte are about what a
+	// replay allocates, the mesh's build included, per byte of a
+	// snapshot (2.5 on the benchmark's 10000x10 and 1000x100 meshes, 3.2
+	// on 3000x3) and per byte of the change records it reads (3.7–3.9,
+	// 4.5).
+	bootHeapPerSnapshotByte = 3
+	bootHeapPerStreamByte   = 4
+	// The heap is bounded while the collector waits: twice the estimate,
+	// plus what was in use, plus bootHeapLimitSlack.
+	bootHeapLimitSlack = 64 << 20
 	// defaultMinBallast: below this, faults cost too little to be worth a
 	// forced collection.
 	defaultMinBallast = 16 << 20
 )
 
 func newBootHeap(enabled bool, log *slog.Logger, ballastSet func(float64)) *bootHeap {
-	return &bootHeap{enabled: enabled, minBallast: defaultMinBallast, thp: thpMode, heapFree: heapFree, log: log, ballastSet: ballastSet}
+	return &bootHeap{
+		enabled: enabled, minBallast: defaultMinBallast,
+		perSnapshotByte: bootHeapPerSnapshotByte, perStreamByte: bootHeapPerStreamByte,
+		thp: thpMode, heapFree: heapFree, inUse: memoryInUse, log: log, ballastSet: ballastSet,
+	}
 }
 
-// prepare readies the heap for replaying a snapshot of size bytes. Only the
-// first call does anything.
-func (h *bootHeap) prepare(size uint64) {
-	if h == nil || !h.enabled || size == 0 {
+// snapshot readies the heap for replaying a snapshot of size bytes.
+func (h *bootHeap) snapshot(size uint64) {
+	if h != nil {
+		h.prepare("snapshot", size, satMul(size, h.perSnapshotByte))
+	}
+}
+
+// stream readies the heap for replaying the change records of a stream
+// holding bytes in msgs records on subjects subjects: the last record of
+// each subject unless all.
+func (h *bootHeap) stream(bytes, msgs, subjects uint64, all bool) {
+	if h == nil || msgs == 0 {
+		return
+	}
+	if !all && subjects < msgs {
+		bytes = uint64(float64(bytes) * float64(subjects) / float64(msgs))
+	}
+	h.prepare("stream", bytes, satMul(bytes, h.perStreamByte))
+}
+
+// prepare readies the heap for a replay of size bytes from source that
+// allocates about estimate bytes. Until done, only the first call does
+// anything.
+func (h *bootHeap) prepare(source string, size, estimate uint64) {
+	if !h.enabled || estimate == 0 {
 		return
 	}
 	h.mu.Lock()
@@ -88,9 +119,8 @@ func (h *bootHeap) prepare(size uint64) {
 	}
 	h.restores = append(h.restores, func() { debug.SetGCPercent(pct) })
 
-	inUse := memoryInUse()
-	estimate := satMul(size, bootHeapPerByte)
-	limit := satAdd(satAdd(inUse, satMul(size, bootHeapLimitPerByte)), bootHeapLimitSlack)
+	inUse := h.inUse()
+	limit := satAdd(satAdd(inUse, satMul(estimate, 2)), bootHeapLimitSlack)
 	prevLimit := debug.SetMemoryLimit(-1)
 	if limit < uint64(prevLimit) {
 		debug.SetMemoryLimit(int64(limit))
@@ -107,7 +137,7 @@ func (h *bootHeap) prepare(size uint64) {
 			ballast = estimate
 		}
 	}
-	h.log.Info("bootstrap heap", "snapshot_bytes", size, "ballast_bytes", ballast, "memory_limit", limit, "thp", mode)
+	h.log.Info("bootstrap heap", "source", source, "bytes", size, "estimate", estimate, "ballast_bytes", ballast, "memory_limit", limit, "thp", mode)
 	if h.ballastSet != nil {
 		h.ballastSet(float64(ballast))
 	}
@@ -138,8 +168,9 @@ func (h *bootHeap) mapHuge(n uint64) bool {
 	return true
 }
 
-// done puts back what prepare changed, newest first. It may be called more
-// than once, and without prepare.
+// done puts back what prepare changed, newest first, and lets a later
+// prepare (a start that gave up its snapshot for the stream) run again. It
+// may be called more than once, and without prepare.
 func (h *bootHeap) done() {
 	if h == nil {
 		return
@@ -150,6 +181,7 @@ func (h *bootHeap) done() {
 		h.restores[i]()
 	}
 	h.restores = nil
+	h.prepared = false
 }
 
 // heapFree is the heap's free memory that is still mapped in (not

@@ -20,14 +20,14 @@ func TestBootHeapAdvisesHugePages(t *testing.T) {
 	for _, mode := range []string{"always", "never", ""} {
 		h := testBootHeap(mode)
 		h.minBallast = 0
-		h.prepare(4 << 20)
+		h.snapshot(4 << 20)
 		if h.ballastLen != 0 {
 			t.Errorf("THP %q: a ballast of %d bytes, want none", mode, h.ballastLen)
 		}
 		h.done()
 	}
 	h := testBootHeap("madvise")
-	h.prepare(1 << 20) // an estimate of 3 MiB, below the default minimum
+	h.snapshot(1 << 20) // an estimate of 3 MiB, below the default minimum
 	if h.ballastLen != 0 {
 		t.Errorf("a ballast of %d bytes for a 1 MiB snapshot, want none below %d", h.ballastLen, defaultMinBallast)
 	}
@@ -37,11 +37,12 @@ func TestBootHeapAdvisesHugePages(t *testing.T) {
 	h = newBootHeap(true, slog.New(slog.DiscardHandler), func(v float64) { got = v })
 	h.thp = func() string { return "madvise" }
 	h.heapFree = func() uint64 { return 0 }
+	h.inUse = func() uint64 { return testInUse }
 	h.minBallast = 0
 	const size = 4 << 20
-	h.prepare(size)
-	if h.ballastLen != bootHeapPerByte*size || got != float64(h.ballastLen) {
-		t.Fatalf("ballast of %d bytes (reported %v), want %d", h.ballastLen, got, bootHeapPerByte*size)
+	h.snapshot(size)
+	if h.ballastLen != bootHeapPerSnapshotByte*size || got != float64(h.ballastLen) {
+		t.Fatalf("ballast of %d bytes (reported %v), want %d", h.ballastLen, got, bootHeapPerSnapshotByte*size)
 	}
 	if flags := vmFlags(t, h.ballastAddr); !flags["hg"] {
 		t.Errorf("ballast mapping flags %v during the bootstrap, want hg (MADV_HUGEPAGE)", flags)

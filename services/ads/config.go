@@ -35,12 +35,13 @@ type Config struct {
 	// heap. 0 leaves the collector alone (--bootstrap-gogc, env
 	// PILOTWIRE_BOOTSTRAP_GOGC; default 400).
 	BootstrapGOGC int
-	// BootstrapHeap readies the heap for a start from a snapshot: the
-	// collector waits until the model is built, bounded by a memory limit
-	// of twice the heap the snapshot needs, and where the kernel gives
-	// transparent huge pages on request (THP madvise) that heap is mapped
-	// in huge pages up front (--bootstrap-heap, env
-	// PILOTWIRE_BOOTSTRAP_HEAP; default true). See bootHeap.
+	// BootstrapHeap readies the heap for the model's first build: the
+	// collector waits until the frontend is ready, bounded by a memory
+	// limit of twice the heap estimated from what is replayed (snapshot
+	// or change records), and where the kernel gives transparent huge
+	// pages on request (THP madvise) that heap is mapped in huge pages up
+	// front (--bootstrap-heap, env PILOTWIRE_BOOTSTRAP_HEAP; default
+	// true). See bootHeap.
 	BootstrapHeap bool
 	// RecordDeliveries writes every response, ACK and NACK to the
 	// DELIVERIES stream.
@@ -144,7 +145,7 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.MaxConnectionAge, "max-connection-age", svc.EnvDuration("PILOTWIRE_MAX_CONNECTION_AGE", d.MaxConnectionAge), "clients reconnect after this long, with jitter, to rebalance across frontends (env PILOTWIRE_MAX_CONNECTION_AGE)")
 	fs.DurationVar(&c.DrainDuration, "drain-duration", svc.EnvDuration("PILOTWIRE_DRAIN_DURATION", d.DrainDuration), "on SIGTERM, keep serving existing streams this long before closing them (env PILOTWIRE_DRAIN_DURATION)")
 	fs.IntVar(&c.BootstrapGOGC, "bootstrap-gogc", svc.EnvInt("PILOTWIRE_BOOTSTRAP_GOGC", d.BootstrapGOGC), "garbage collector target (GOGC) while the model is replayed at start-up, restored after; never lowers the process's own; 0 leaves it alone (env PILOTWIRE_BOOTSTRAP_GOGC)")
-	fs.BoolVar(&c.BootstrapHeap, "bootstrap-heap", svc.EnvBool("PILOTWIRE_BOOTSTRAP_HEAP", d.BootstrapHeap), "on a start from a snapshot, hold the garbage collector until the model is built (bounded by a memory limit sized from the snapshot) and, with transparent huge pages in madvise mode, map that heap in huge pages (env PILOTWIRE_BOOTSTRAP_HEAP)")
+	fs.BoolVar(&c.BootstrapHeap, "bootstrap-heap", svc.EnvBool("PILOTWIRE_BOOTSTRAP_HEAP", d.BootstrapHeap), "until ready, hold the garbage collector (bounded by a memory limit sized from the snapshot or change records replayed) and, with transparent huge pages in madvise mode, map the heap the replay fills in huge pages (env PILOTWIRE_BOOTSTRAP_HEAP)")
 	fs.BoolVar(&c.RecordDeliveries, "record-deliveries", svc.EnvBool("PILOTWIRE_RECORD_DELIVERIES", d.RecordDeliveries), "record every response, ACK and NACK in the DELIVERIES stream (env PILOTWIRE_RECORD_DELIVERIES)")
 	fs.StringVar(&c.TLSCert, "tls-cert", svc.EnvString("PILOTWIRE_TLS_CERT", d.TLSCert), "serve xDS over TLS with this certificate (PEM; env PILOTWIRE_TLS_CERT)")
 	fs.StringVar(&c.TLSKey, "tls-key", svc.EnvString("PILOTWIRE_TLS_KEY", d.TLSKey), "private key of --tls-cert (PEM; env PILOTWIRE_TLS_KEY)")

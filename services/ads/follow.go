@@ -173,7 +173,7 @@ func (f *follower) start(ctx context.Context) (stop func(), err error) {
 	}
 	target := info.State.LastSeq
 	start := time.Now()
-	cfg, from, err := f.startFrom(ctx, info.State.FirstSeq, info.State.LastSeq)
+	cfg, from, err := f.startFrom(ctx, info.State)
 	if err != nil {
 		return nil, err
 	}
@@ -247,16 +247,21 @@ func (f *follower) start(ctx context.Context) (stop func(), err error) {
 // consumer starts with the last record of every subject. Either way the
 // model holds every live object's last record: a snapshot is that set at
 // its sequence.
-func (f *follower) startFrom(ctx context.Context, firstSeq, lastSeq uint64) (jetstream.OrderedConsumerConfig, uint64, error) {
+func (f *follower) startFrom(ctx context.Context, st jetstream.StreamState) (jetstream.OrderedConsumerConfig, uint64, error) {
 	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{f.names.ChangesAll()}, DeliverPolicy: jetstream.DeliverLastPerSubjectPolicy}
+	fromStream := func() {
+		f.heap.stream(st.Bytes, st.Msgs, st.NumSubjects, cfg.DeliverPolicy == jetstream.DeliverAllPolicy)
+	}
 	if f.fullReplay {
 		cfg.DeliverPolicy = jetstream.DeliverAllPolicy
+		fromStream()
 		return cfg, 0, nil
 	}
 	if f.ignoreSnapshots {
+		fromStream()
 		return cfg, 0, nil
 	}
-	in, err := f.loadSnapshot(ctx, firstSeq, lastSeq)
+	in, err := f.loadSnapshot(ctx, st.FirstSeq, st.LastSeq)
 	if err != nil {
 		if ctx.Err() != nil {
 			return cfg, 0, err
@@ -269,9 +274,11 @@ func (f *follower) startFrom(ctx context.Context, firstSeq, lastSeq uint64) (jet
 		f.metrics.snapshotUnusable.Inc()
 		f.log.Error("snapshot not usable; starting from the change stream instead", "err", err)
 		f.heap.done() // sized for the snapshot, not for the stream
+		fromStream()
 		return cfg, 0, nil
 	}
 	if in == nil {
+		fromStream()
 		return cfg, 0, nil
 	}
 	f.gate.advance(in.Seq)
@@ -309,7 +316,7 @@ func (f *follower) loadSnapshot(ctx context.Context, firstSeq, lastSeq uint64) (
 		// it would miss them. Counted and logged as unusable by the caller.
 		return nil, fmt.Errorf("the change stream lost the records after the newest snapshot (snapshot at seq %d, the stream starts at %d)", in.Seq, firstSeq)
 	}
-	f.heap.prepare(in.Size)
+	f.heap.snapshot(in.Size)
 	// The snapshot's view first: its compact forms without the records
 	// beside them, a third of the bytes to fetch, hash and copy. Without
 	// one, or when it cannot be used, the snapshot itself. What a view

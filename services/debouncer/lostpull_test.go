@@ -15,7 +15,6 @@ import (
 
 	"github.com/pilotwire/pilotwire/internal/testkit/natstest"
 	"github.com/pilotwire/pilotwire/internal/testkit/testutil"
-	"github.com/pilotwire/pilotwire/pkg/debounce"
 	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
 )
 
@@ -66,24 +65,12 @@ func TestLostPullRequestIsReissued(t *testing.T) {
 	setupStreams(t, js)
 
 	var refused atomic.Int32
-	nc, err := nats.Connect(url, nats.UserInfo("deb", "deb"), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+	// No snapshotter: its reads would race the server's reload too.
+	quickActiveOn(t, url, url, func(c *Config) { c.LeaseTTL = time.Minute }, nats.UserInfo("deb", "deb"), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 		if strings.Contains(err.Error(), "Permissions Violation") && strings.Contains(err.Error(), "MSG.NEXT") {
 			refused.Add(1)
 		}
 	}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	djs, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dcfg := debounce.DefaultConfig()
-	dcfg.DebounceAfter = 10 * time.Millisecond
-	// No snapshotter: its reads would race the server's reload too.
-	a := startOn(t, nc, djs, url, "a", func(c *Config) { c.Debounce = dcfg; c.LeaseTTL = time.Minute; c.SnapshotInterval = -1 })
-	testutil.Eventually(t, "a active", a.leader)
 	// PushRequests are watched on a plain subscription: reading them back
 	// from the stream (direct gets) would race the server's reload of its
 	// options, which an in-process server's direct gets read unlocked.

@@ -16,6 +16,7 @@ type metrics struct {
 	skipped        prometheus.Counter
 	badRecords     prometheus.Counter
 	consumeErrors  prometheus.Counter
+	deliveriesLost prometheus.Counter
 	publishErrors  prometheus.Counter
 	published      prometheus.Counter
 	oversized      *prometheus.CounterVec
@@ -59,6 +60,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 		consumeErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "pilotwire_debounce_consume_errors_total", Help: "Errors reading the next change record from the consumer (the consumer carries on).",
+		}),
+		deliveriesLost: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pilotwire_debounce_deliveries_lost_total", Help: "Change deliveries that never arrived (a gap in the consumer's delivery numbers, a connection dying with them in flight); each gap ends the term, which resumes from the floor.",
 		}),
 		publishErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "pilotwire_debounce_publish_errors_total", Help: "Failed PushRequest publishes (retried).",
@@ -109,7 +113,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		return time.Since(time.Unix(0, at)).Seconds()
 	})
 	reg.MustRegister(lastConsumedAge, m.leader, m.debounceTime, m.inbound, m.triggers, m.merged, m.pending, m.skipped, m.badRecords,
-		m.consumeErrors, m.publishErrors, m.published, m.oversized, m.restarts, m.resumeRetries, m.fenced, m.lastThroughSeq,
+		m.consumeErrors, m.deliveriesLost, m.publishErrors, m.published, m.oversized, m.restarts, m.resumeRetries, m.fenced, m.lastThroughSeq,
 		m.indexSlices, m.indexPods, m.indexSeconds, m.indexTruncated)
 	return m
 }

@@ -302,7 +302,17 @@ func (a *active) run(ctx context.Context) error {
 // read hands delivered changes to msgs until ctx ends. The iterator ending
 // on its own (consumer deleted, connection closed) is an error: the term
 // must end and start again, not hold the lease doing nothing.
+//
+// So are deliveries lost in transit: the consumer numbers every delivery,
+// redeliveries included, so a gap in those numbers is deliveries that
+// never arrived (a connection that died with them in flight). The server
+// would send them again only after the ack wait, and the loop takes a
+// delivered sequence to mean every one below it was delivered too
+// (completeThrough). The term ends before the delivery that shows the
+// gap is handed on; the next one recreates the consumer from the floor,
+// which the requests published so far do not claim past the gap.
 func (a *active) read(ctx context.Context, it jetstream.MessagesContext, msgs chan<- jetstream.Msg) error {
+	var lastDelivery, lastSeq uint64 // the consumer is new each term: its deliveries count from 1
 	for {
 		msg, err := it.Next()
 		switch {
@@ -314,6 +324,16 @@ func (a *active) read(ctx context.Context, it jetstream.MessagesContext, msgs ch
 			a.m.consumeErrors.Inc()
 			a.log.Warn("next change", "err", err)
 			continue
+		}
+		if md, err := msg.Metadata(); err == nil {
+			if d := md.Sequence.Consumer; d > lastDelivery+1 {
+				a.m.deliveriesLost.Add(float64(d - lastDelivery - 1))
+				return fmt.Errorf("change deliveries lost in transit: delivery %d (seq %d) came after delivery %d (seq %d); resuming from the floor to have them again",
+					d, md.Sequence.Stream, lastDelivery, lastSeq)
+			}
+			if md.Sequence.Consumer > lastDelivery {
+				lastDelivery, lastSeq = md.Sequence.Consumer, md.Sequence.Stream
+			}
 		}
 		a.m.consumedAt(time.Now())
 		select {

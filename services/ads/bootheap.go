@@ -16,7 +16,7 @@ import (
 // once the frontend is ready.
 //
 // Beyond decoding, two costs dominate a fresh frontend's start
-// (docs/benchmarks.md, "Issue 17: the bootstrap heap"):
+// (docs/benchmarks.md, "Issue 17, 2026-12-03 08:00–09:20 UTC: the bootstrap heap"):
 //   - the collector marks the half-built model at least once while nothing
 //     is served yet;
 //   - every page the heap grows into is a page fault, 4 KiB at a time

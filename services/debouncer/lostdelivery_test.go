@@ -2,10 +2,7 @@ package debouncer
 
 import (
 	"context"
-	"io"
-	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -33,8 +30,8 @@ func TestDeliveriesLostInTransitArePushed(t *testing.T) {
 	url := natstest.Start(t)
 	_, js := natstest.Connect(t, url)
 	setupStreams(t, js)
-	px := newDropProxy(t, strings.TrimPrefix(url, "nats://"))
-	quickActiveOn(t, "nats://"+px.addr(), url, nil, nats.ReconnectWait(20*time.Millisecond), nats.MaxReconnects(-1))
+	px := natstest.NewDropProxy(t, strings.TrimPrefix(url, "nats://"))
+	quickActiveOn(t, "nats://"+px.Addr(), url, nil, nats.ReconnectWait(20*time.Millisecond), nats.MaxReconnects(-1))
 
 	ctx, cancel := context.WithTimeout(context.Background(), testutil.DefaultTimeout)
 	defer cancel()
@@ -44,7 +41,7 @@ func TestDeliveriesLostInTransitArePushed(t *testing.T) {
 	waitCovered(t, js, 3)
 
 	// Changes 4 and 5 are delivered into the hole.
-	px.drop(true)
+	px.Drop(true)
 	publishChange(ctx, t, js, 4, false)
 	publishChange(ctx, t, js, 5, false)
 	cons, err := js.Consumer(ctx, names.ChangesStream(), names.DebouncerConsumer())
@@ -55,7 +52,7 @@ func TestDeliveriesLostInTransitArePushed(t *testing.T) {
 		ci, err := cons.Info(ctx)
 		return err == nil && ci.Delivered.Stream >= 5
 	})
-	px.cut()
+	px.Cut()
 	publishChange(ctx, t, js, 6, false)
 
 	deadline := time.Now().Add(15 * time.Second)
@@ -81,101 +78,6 @@ func TestDeliveriesLostInTransitArePushed(t *testing.T) {
 			}
 		}
 	}
-}
-
-// dropProxy forwards TCP connections to one upstream. While dropping, what
-// the upstream sends is read and thrown away, as bytes in flight are when
-// a connection dies; cut closes every connection (new ones forward again).
-type dropProxy struct {
-	ln       net.Listener
-	upstream string
-	mu       sync.Mutex
-	dropping bool
-	conns    map[net.Conn]struct{}
-	wg       sync.WaitGroup
-}
-
-func newDropProxy(t *testing.T, upstream string) *dropProxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &dropProxy{ln: ln, upstream: upstream, conns: map[net.Conn]struct{}{}}
-	p.wg.Add(1)
-	go func() {
-		defer p.wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			p.wg.Add(1)
-			go func() { defer p.wg.Done(); p.serve(c) }()
-		}
-	}()
-	t.Cleanup(func() { ln.Close(); p.cut(); p.wg.Wait() })
-	return p
-}
-
-func (p *dropProxy) addr() string { return p.ln.Addr().String() }
-
-func (p *dropProxy) drop(on bool) { p.mu.Lock(); p.dropping = on; p.mu.Unlock() }
-
-func (p *dropProxy) isDropping() bool { p.mu.Lock(); defer p.mu.Unlock(); return p.dropping }
-
-// cut closes every open connection and stops dropping.
-func (p *dropProxy) cut() {
-	p.mu.Lock()
-	p.dropping = false
-	open := make([]net.Conn, 0, len(p.conns))
-	for c := range p.conns {
-		open = append(open, c)
-	}
-	p.mu.Unlock()
-	for _, c := range open {
-		c.Close()
-	}
-}
-
-func (p *dropProxy) serve(down net.Conn) {
-	up, err := net.Dial("tcp", p.upstream)
-	if err != nil {
-		down.Close()
-		return
-	}
-	p.mu.Lock()
-	p.conns[down], p.conns[up] = struct{}{}, struct{}{}
-	p.mu.Unlock()
-	defer func() {
-		p.mu.Lock()
-		delete(p.conns, down)
-		delete(p.conns, up)
-		p.mu.Unlock()
-		down.Close()
-		up.Close()
-	}()
-	done := make(chan struct{}, 2)
-	go func() { _, _ = io.Copy(up, down); done <- struct{}{} }()
-	go func() {
-		buf := make([]byte, 32<<10)
-		for {
-			n, err := up.Read(buf)
-			if n > 0 && !p.isDropping() {
-				if _, werr := down.Write(buf[:n]); werr != nil {
-					break
-				}
-			}
-			if err != nil {
-				break
-			}
-		}
-		done <- struct{}{}
-	}()
-	<-done
-	down.Close()
-	up.Close()
-	<-done
 }
 
 // quickActiveOn connects to clientURL with opts and runs debouncer "a" on

@@ -19,6 +19,7 @@ type metrics struct {
 	batchSize       prometheus.Histogram
 	registryErrors  prometheus.Counter
 	consumeErrors   prometheus.Counter
+	requestsLost    prometheus.Counter
 	sendErrors      prometheus.Counter
 	oversized       prometheus.Counter
 	lost            *prometheus.CounterVec
@@ -95,6 +96,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		registryErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "pilotwire_pusher_registry_errors_total", Help: "Failed writes to and watches of the registry bucket (watches are retried every second).",
 		}),
+		requestsLost: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pilotwire_pusher_push_requests_lost_total", Help: "PushRequest deliveries that never arrived (a gap in the consumer's delivery numbers: a connection died with them in flight); the requests are read from the stream at once instead of after the ack wait.",
+		}),
 		consumeErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "pilotwire_pusher_consume_errors_total", Help: "Errors reading the next PushRequest from the consumer (the consumer carries on).",
 		}),
@@ -120,7 +124,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "pilotwire_pusher_consumer_stalls_total", Help: "Times the newest PushRequest was not delivered within the consumer's ack wait and every connection behind it was caught up.",
 		}),
 	}
-	reg.MustRegister(m.stalls, m.restarts, m.lateSweeps, m.expirySuspended, m.consumerRetries, m.lost, m.resyncs, m.behind, m.registryDones, m.oversized, m.registryErrors, m.consumeErrors, m.sendErrors, m.leader, m.batchSize, m.queueTime, m.orders, m.queueLen, m.inFlight, m.doneTimeouts, m.skipped, m.dones,
+	reg.MustRegister(m.stalls, m.restarts, m.lateSweeps, m.expirySuspended, m.consumerRetries, m.lost, m.resyncs, m.behind, m.registryDones, m.oversized, m.registryErrors, m.consumeErrors, m.requestsLost, m.sendErrors, m.leader, m.batchSize, m.queueTime, m.orders, m.queueLen, m.inFlight, m.doneTimeouts, m.skipped, m.dones,
 		m.connections, m.frontends, m.badMessages, m.pushRequests, m.latestSeq)
 	return m
 }

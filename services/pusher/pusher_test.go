@@ -215,11 +215,26 @@ func runPusherFault(t testing.TB, url string, cfg Config, bucket string, fault f
 // through hooks (nil: the plain one).
 func runPusherHooks(t testing.TB, url string, cfg Config, hooks *natstest.Hooks) *harness {
 	t.Helper()
+	return runPusherOn(t, url, nil, cfg, hooks)
+}
+
+// runPusherOn runs one pusher instance on pnc, the test's own connection
+// (nil: the harness's, which the test publishes on too), its JetStream
+// context through hooks (nil: the plain one).
+func runPusherOn(t testing.TB, url string, pnc *nats.Conn, cfg Config, hooks *natstest.Hooks) *harness {
+	t.Helper()
 	nc, js := natstest.Connect(t, url)
 	h := &harness{url: url, nc: nc, js: js, reg: prometheus.NewRegistry()}
 	pjs := js
+	if pnc != nil {
+		var err error
+		if pjs, err = jetstream.New(pnc); err != nil {
+			t.Fatal(err)
+		}
+		nc = pnc
+	}
 	if hooks != nil {
-		pjs = natstest.Wrap(js, *hooks)
+		pjs = natstest.Wrap(pjs, *hooks)
 	}
 	cfg.Common = svc.Common{NATSURL: url, Prefix: "pw"}
 	if cfg.ID == "" {

@@ -277,6 +277,7 @@ func runActive(ctx, leaseCtx context.Context, cfg Config, names bus.Names, pushe
 	consumeDone := make(chan struct{})
 	go func() {
 		defer close(consumeDone)
+		var gaps deliveryGaps
 		for {
 			msg, err := it.Next()
 			if err != nil {
@@ -286,6 +287,11 @@ func runActive(ctx, leaseCtx context.Context, cfg Config, names bus.Names, pushe
 				p.m.consumeErrors.Inc()
 				p.log.Warn("next push request", "err", err)
 				continue
+			}
+			if md, err := msg.Metadata(); err == nil {
+				if from, to, ok := gaps.next(md.Sequence.Consumer, md.Sequence.Stream); ok {
+					p.fetchLost(bg, from, to)
+				}
 			}
 			p.handlePushRequest(msg)
 		}
@@ -340,16 +346,70 @@ func (p *Pusher) createConsumer(ctx context.Context, cfg jetstream.ConsumerConfi
 	return cons, err
 }
 
+// deliveryGaps finds deliveries that never arrived. The consumer numbers
+// every delivery, redeliveries included, so a gap in those numbers is
+// deliveries lost in transit (a connection that died with them in
+// flight). The server sends them again only after the ack wait.
+type deliveryGaps struct {
+	seen                  bool
+	lastDelivery, lastSeq uint64
+}
+
+// next takes a delivery's number d and stream sequence s, and reports the
+// stream sequences (from, to) between the last delivery and this one when
+// deliveries went missing between them: new requests are delivered in
+// stream order, so the lost ones lie there (a lost redelivery of an older
+// one still comes after the ack wait).
+func (g *deliveryGaps) next(d, s uint64) (from, to uint64, gap bool) {
+	gap = g.seen && d > g.lastDelivery+1 && s > g.lastSeq+1
+	from, to = g.lastSeq, s
+	g.seen = true
+	g.lastDelivery, g.lastSeq = max(g.lastDelivery, d), max(g.lastSeq, s)
+	return from, to, gap
+}
+
+// fetchLost reads the requests strictly between stream sequences from and
+// to and handles them as if delivered; their redelivery after the ack wait
+// is then a repeat, skipped per connection.
+func (p *Pusher) fetchLost(ctx context.Context, from, to uint64) {
+	for seq := from + 1; seq < to; seq++ {
+		gctx, cancel := context.WithTimeout(ctx, consumerTimeout)
+		m, err := p.pushes.GetMsg(gctx, seq)
+		cancel()
+		switch {
+		case errors.Is(err, jetstream.ErrMsgNotFound):
+			continue // removed by the stream's limits
+		case err != nil:
+			p.log.Warn("push request lost in transit not read: it comes again after the ack wait", "seq", seq, "err", err)
+			continue
+		}
+		p.m.requestsLost.Inc()
+		p.log.Warn("push request lost in transit: read from the stream", "seq", seq)
+		p.handleRequestData(m.Data)
+	}
+}
+
 // handlePushRequest queues the request for every connection it can affect,
 // then acknowledges it (the queue is the pusher's durable-enough state: a
 // restart re-derives it by comparing sequences).
 func (p *Pusher) handlePushRequest(msg jetstream.Msg) {
-	pr := &pb.PushRequest{}
-	if err := proto.Unmarshal(msg.Data(), pr); err != nil {
-		p.m.badMessages.WithLabelValues("push_request").Inc()
-		p.log.Error("undecodable push request", "err", err)
+	if !p.handleRequestData(msg.Data()) {
 		_ = msg.Term()
 		return
+	}
+	if err := msg.Ack(); err != nil {
+		p.log.Warn("ack push request", "err", err)
+	}
+}
+
+// handleRequestData queues a PushRequest for every connection it can
+// affect; false when it does not decode.
+func (p *Pusher) handleRequestData(data []byte) bool {
+	pr := &pb.PushRequest{}
+	if err := proto.Unmarshal(data, pr); err != nil {
+		p.m.badMessages.WithLabelValues("push_request").Inc()
+		p.log.Error("undecodable push request", "err", err)
+		return false
 	}
 	now := p.now()
 	req := newRequest(pr, now)
@@ -374,9 +434,7 @@ func (p *Pusher) handlePushRequest(msg jetstream.Msg) {
 	p.mu.Unlock()
 	p.m.pushRequests.Inc() // after queueing: tests wait for it
 	p.updateQueueMetrics()
-	if err := msg.Ack(); err != nil {
-		p.log.Warn("ack push request", "err", err)
-	}
+	return true
 }
 
 func (p *Pusher) enqueueLocked(conn string, r *request) {

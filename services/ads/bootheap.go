@@ -186,23 +186,29 @@ func (h *bootHeap) done() {
 
 // heapFree is the heap's free memory that is still mapped in (not
 // returned to the kernel).
-func heapFree() uint64 {
-	s := []rtmetrics.Sample{{Name: "/memory/classes/heap/free:bytes"}}
-	rtmetrics.Read(s)
-	if s[0].Value.Kind() != rtmetrics.KindUint64 {
-		return 0
-	}
-	return s[0].Value.Uint64()
-}
+func heapFree() uint64 { return runtimeBytes("/memory/classes/heap/free:bytes")[0] }
 
 // memoryInUse is the memory the runtime counts against a memory limit.
 func memoryInUse() uint64 {
-	s := []rtmetrics.Sample{{Name: "/memory/classes/total:bytes"}, {Name: "/memory/classes/heap/released:bytes"}}
-	rtmetrics.Read(s)
-	if s[0].Value.Kind() != rtmetrics.KindUint64 || s[1].Value.Kind() != rtmetrics.KindUint64 {
-		return 0
+	v := runtimeBytes("/memory/classes/total:bytes", "/memory/classes/heap/released:bytes")
+	return v[0] - min(v[1], v[0])
+}
+
+// runtimeBytes reads the runtime's byte metrics named (0 for one this
+// runtime does not have).
+func runtimeBytes(names ...string) []uint64 {
+	s := make([]rtmetrics.Sample, len(names))
+	for i, n := range names {
+		s[i].Name = n
 	}
-	return s[0].Value.Uint64() - s[1].Value.Uint64()
+	rtmetrics.Read(s)
+	out := make([]uint64, len(s))
+	for i := range s {
+		if s[i].Value.Kind() == rtmetrics.KindUint64 {
+			out[i] = s[i].Value.Uint64()
+		}
+	}
+	return out
 }
 
 func satMul(a, b uint64) uint64 {

@@ -47,7 +47,9 @@ func TestHeldChangesKeepNoBodies(t *testing.T) {
 	for i := range n {
 		ref := &pb.ObjectRef{Version: "v1", Kind: "Pod", Namespace: "ns", Name: fmt.Sprintf("p-%d", i)}
 		data, _ := proto.Marshal(&pb.ChangeRecord{Cluster: "c1", Ref: ref, Op: pb.Op_OP_UPDATE, Object: make([]byte, size)})
-		l.add(&fakeMsg{seq: uint64(i + 1), data: data}, now)
+		if err := l.add(&fakeMsg{seq: uint64(i + 1), data: data}, now); err != nil {
+			t.Fatal(err)
+		}
 	}
 	var after runtime.MemStats
 	runtime.GC()

@@ -55,13 +55,8 @@ func TestDeliveriesLostInTransitArePushed(t *testing.T) {
 	px.Cut()
 	publishChange(ctx, t, js, 6, false)
 
-	deadline := time.Now().Add(15 * time.Second)
-	for len(coverage(pushRequests(t, js))) < 6 {
-		if time.Now().After(deadline) {
-			t.Fatalf("changes covered: %v; want 1–6 within 15 s (the consumer redelivers lost changes only after its 50 s ack wait)", coverage(pushRequests(t, js)))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	// The consumer redelivers lost changes only after its 50 s ack wait.
+	testutil.EventuallyWithin(t, 15*time.Second, "changes 1–6 covered", func() bool { return len(coverage(pushRequests(t, js))) >= 6 })
 	prs := pushRequests(t, js)
 	checkExactlyOnce(t, prs, 6)
 	carried := map[uint64]bool{}

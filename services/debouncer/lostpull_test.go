@@ -107,15 +107,6 @@ func TestLostPullRequestIsReissued(t *testing.T) {
 	setPullAllowed(true)
 
 	publishChange(ctx, t, js, 2, false)
-	bound := time.NewTimer(15 * time.Second)
-	defer bound.Stop()
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for nCovered() < 2 {
-		select {
-		case <-bound.C:
-			t.Fatal("the change published after the lost pull request was not pushed within 15 s (nats.go's default pull waits 30 s to notice)")
-		case <-tick.C:
-		}
-	}
+	// nats.go's default pull waits 30 s to notice the lost one.
+	testutil.EventuallyWithin(t, 15*time.Second, "the change published after the lost pull request pushed", func() bool { return nCovered() >= 2 })
 }

@@ -288,7 +288,9 @@ func (a *active) run(ctx context.Context) error {
 				return err
 			}
 		case msg := <-msgs:
-			l.add(msg, time.Now())
+			if err := l.add(msg, time.Now()); err != nil {
+				return err
+			}
 		case <-timer.C:
 			l.armed = time.Time{}
 			l.tick(time.Now())
@@ -302,17 +304,7 @@ func (a *active) run(ctx context.Context) error {
 // read hands delivered changes to msgs until ctx ends. The iterator ending
 // on its own (consumer deleted, connection closed) is an error: the term
 // must end and start again, not hold the lease doing nothing.
-//
-// So are deliveries lost in transit: the consumer numbers every delivery,
-// redeliveries included, so a gap in those numbers is deliveries that
-// never arrived (a connection that died with them in flight). The server
-// would send them again only after the ack wait, and the loop takes a
-// delivered sequence to mean every one below it was delivered too
-// (completeThrough). The term ends before the delivery that shows the
-// gap is handed on; the next one recreates the consumer from the floor,
-// which the requests published so far do not claim past the gap.
 func (a *active) read(ctx context.Context, it jetstream.MessagesContext, msgs chan<- jetstream.Msg) error {
-	var lastDelivery, lastSeq uint64 // the consumer is new each term: its deliveries count from 1
 	for {
 		msg, err := it.Next()
 		switch {
@@ -324,16 +316,6 @@ func (a *active) read(ctx context.Context, it jetstream.MessagesContext, msgs ch
 			a.m.consumeErrors.Inc()
 			a.log.Warn("next change", "err", err)
 			continue
-		}
-		if md, err := msg.Metadata(); err == nil {
-			if d := md.Sequence.Consumer; d > lastDelivery+1 {
-				a.m.deliveriesLost.Add(float64(d - lastDelivery - 1))
-				return fmt.Errorf("change deliveries lost in transit: delivery %d (seq %d) came after delivery %d (seq %d); resuming from the floor to have them again",
-					d, md.Sequence.Stream, lastDelivery, lastSeq)
-			}
-			if md.Sequence.Consumer > lastDelivery {
-				lastDelivery, lastSeq = md.Sequence.Consumer, md.Sequence.Stream
-			}
 		}
 		a.m.consumedAt(time.Now())
 		select {
@@ -351,6 +333,7 @@ type loop struct {
 	covered    []*pb.SeqRange    // sequences of recently published requests
 	maxCovered uint64            // highest sequence in covered
 	maxSeen    uint64            // highest sequence delivered (or the floor)
+	gaps       bus.DeliveryGaps  // deliveries lost in transit
 	endpoints  *endpointIndex    // slices per service, for full-push decisions
 	log        *slog.Logger
 	m          *metrics
@@ -369,14 +352,25 @@ func newLoop(dcfg debounce.Config, covered []*pb.SeqRange, log *slog.Logger, m *
 	return l
 }
 
-func (l *loop) add(msg jetstream.Msg, now time.Time) {
+// add merges a delivered change. It fails, handing on nothing, when
+// deliveries before this one were lost in transit (bus.DeliveryGaps):
+// completeThrough takes a delivered sequence to mean every one below it
+// was delivered too, and the server would send the lost ones again only
+// after the ack wait. The term then ends; the next one recreates the
+// consumer from the floor, which no request published so far claims past
+// the gap.
+func (l *loop) add(msg jetstream.Msg, now time.Time) error {
 	md, err := msg.Metadata()
 	if err != nil {
 		l.log.Error("change message without metadata", "subject", msg.Subject(), "err", err)
 		_ = msg.Term()
-		return
+		return nil
 	}
 	seq := md.Sequence.Stream
+	if from, _, lost := l.gaps.Next(md.Sequence.Consumer, seq); lost {
+		l.m.deliveriesLost.Add(float64(seq - from - 1))
+		return fmt.Errorf("change deliveries lost in transit: seq %d (delivery %d) came after seq %d; resuming from the floor to have them again", seq, md.Sequence.Consumer, from)
+	}
 	l.maxSeen = max(l.maxSeen, seq)
 	if seq <= l.coveredMax() && covers(l.covered, seq) {
 		// Published before a restart or a lost ack: acknowledge, count
@@ -384,12 +378,12 @@ func (l *loop) add(msg jetstream.Msg, now time.Time) {
 		_, _ = toEvent(msg.Data(), seq, l.endpoints)
 		l.m.skipped.Inc()
 		_ = msg.Ack()
-		return
+		return nil
 	}
 	if _, ok := l.held[seq]; ok {
 		// Redelivered while still merged: keep the newest ack subject only.
 		l.held[seq] = msg.Reply()
-		return
+		return nil
 	}
 	ev, err := toEvent(msg.Data(), seq, l.endpoints)
 	if err != nil {
@@ -401,6 +395,7 @@ func (l *loop) add(msg jetstream.Msg, now time.Time) {
 	l.held[seq] = msg.Reply()
 	l.deb.Add(ev, now)
 	l.tick(now)
+	return nil
 }
 
 func (l *loop) tick(now time.Time) {

@@ -277,7 +277,7 @@ func runActive(ctx, leaseCtx context.Context, cfg Config, names bus.Names, pushe
 	consumeDone := make(chan struct{})
 	go func() {
 		defer close(consumeDone)
-		var gaps deliveryGaps
+		var gaps bus.DeliveryGaps
 		for {
 			msg, err := it.Next()
 			if err != nil {
@@ -289,7 +289,7 @@ func runActive(ctx, leaseCtx context.Context, cfg Config, names bus.Names, pushe
 				continue
 			}
 			if md, err := msg.Metadata(); err == nil {
-				if from, to, ok := gaps.next(md.Sequence.Consumer, md.Sequence.Stream); ok {
+				if from, to, ok := gaps.Next(md.Sequence.Consumer, md.Sequence.Stream); ok {
 					p.fetchLost(bg, from, to)
 				}
 			}
@@ -344,28 +344,6 @@ func (p *Pusher) createConsumer(ctx context.Context, cfg jetstream.ConsumerConfi
 		return err
 	})
 	return cons, err
-}
-
-// deliveryGaps finds deliveries that never arrived. The consumer numbers
-// every delivery, redeliveries included, so a gap in those numbers is
-// deliveries lost in transit (a connection that died with them in
-// flight). The server sends them again only after the ack wait.
-type deliveryGaps struct {
-	seen                  bool
-	lastDelivery, lastSeq uint64
-}
-
-// next takes a delivery's number d and stream sequence s, and reports the
-// stream sequences (from, to) between the last delivery and this one when
-// deliveries went missing between them: new requests are delivered in
-// stream order, so the lost ones lie there (a lost redelivery of an older
-// one still comes after the ack wait).
-func (g *deliveryGaps) next(d, s uint64) (from, to uint64, gap bool) {
-	gap = g.seen && d > g.lastDelivery+1 && s > g.lastSeq+1
-	from, to = g.lastSeq, s
-	g.seen = true
-	g.lastDelivery, g.lastSeq = max(g.lastDelivery, d), max(g.lastSeq, s)
-	return from, to, gap
 }
 
 // fetchLost reads the requests strictly between stream sequences from and

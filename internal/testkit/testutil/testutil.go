@@ -26,14 +26,22 @@ const (
 // the test if it does not within DefaultTimeout.
 func Eventually(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.NewTimer(DefaultTimeout)
+	EventuallyWithin(t, DefaultTimeout, what, cond)
+}
+
+// EventuallyWithin is Eventually with its own bound, for a test whose
+// point is that cond holds sooner than something else would make it
+// (a redelivery after an ack wait, say).
+func EventuallyWithin(t testing.TB, bound time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.NewTimer(bound)
 	defer deadline.Stop()
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
 	for !cond() {
 		select {
 		case <-deadline.C:
-			t.Fatalf("timed out after %s waiting for %s", DefaultTimeout, what)
+			t.Fatalf("timed out after %s waiting for %s", bound, what)
 		case <-tick.C:
 		}
 	}

@@ -3,12 +3,12 @@ package main
 import (
 	"context"
 	"os"
-	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/pilotwire/pilotwire/bench/internal/baseline"
 	"github.com/pilotwire/pilotwire/pkg/svc"
+	"github.com/pilotwire/pilotwire/services/ingest/filesource"
 )
 
 type baselineConfig struct {
@@ -41,7 +41,7 @@ It serves /healthz, /readyz and /metrics on --http-addr.`,
 	fs.StringVar(&c.ADSAddr, "ads-addr", "127.0.0.1:18000", "gRPC ADS listen address")
 	fs.StringVar(&c.HTTPAddr, "http-addr", "127.0.0.1:18001", "address of /healthz, /readyz and /metrics")
 	fs.StringVar(&c.EDS, "eds-cache", baseline.EDSSnapshot, "where load assignments live: snapshot (each node's snapshot) or linear (one shared linear cache)")
-	fs.DurationVar(&c.Debounce, "file-debounce", 100*time.Millisecond, "quiet time after a file event before the directory is read (as ingest's --file-debounce)")
+	fs.DurationVar(&c.Debounce, "file-debounce", filesource.DefaultQuiet, "quiet time after a file event before the directory is read (ingest's --file-debounce, the same default)")
 	fs.BoolVar(&c.Bare, "bare", false, "serve empty responses only, to measure grpc-go's own cost per stream")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "log level")
 	fs.StringVar(&c.CPUProfile, "cpuprofile", "", "write a CPU profile to this file")

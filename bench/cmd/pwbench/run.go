@@ -14,7 +14,9 @@ import (
 	"github.com/pilotwire/pilotwire/bench/internal/baseline"
 	"github.com/pilotwire/pilotwire/bench/internal/mesh"
 	"github.com/pilotwire/pilotwire/bench/internal/runner"
+	"github.com/pilotwire/pilotwire/pkg/debounce"
 	"github.com/pilotwire/pilotwire/pkg/svc"
+	"github.com/pilotwire/pilotwire/services/ingest/filesource"
 )
 
 type benchConfig struct {
@@ -42,8 +44,10 @@ type benchConfig struct {
 	ProfileDir       string
 }
 
-func newBenchCmd() *cobra.Command {
-	var c benchConfig
+func newBenchCmd() *cobra.Command { return newBenchCmdOn(new(benchConfig)) }
+
+// newBenchCmdOn is `pwbench run` with its flags bound to c.
+func newBenchCmdOn(c *benchConfig) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "run",
 		Short: "Benchmark pilotwire against go-control-plane, side by side",
@@ -70,7 +74,7 @@ and bin/ads measure change records ingested and replayed per second.
 It builds nothing: run make build first. The markdown table goes to
 stdout, progress to stderr, raw numbers to --json and charts to --png.`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return runBench(cmd.Context(), c, os.Args) },
+		RunE: func(cmd *cobra.Command, _ []string) error { return runBench(cmd.Context(), *c, os.Args) },
 	}
 	fs := cmd.Flags()
 	fs.IntSliceVar(&c.Proxies, "proxies", []int{1000}, "proxy counts to run (comma-separated, e.g. 100,1000,5000)")
@@ -87,7 +91,7 @@ stdout, progress to stderr, raw numbers to --json and charts to --png.`,
 	fs.DurationVar(&c.StepTimeout, "step-timeout", 2*time.Minute, "give up on a step when proxies have not converged after this long")
 	fs.DurationVar(&c.Quiet, "quiet", 500*time.Millisecond, "a step ends once no response came for this long (its CPU and bytes are counted until then)")
 	fs.StringVar(&c.EDSCache, "eds-cache", baseline.EDSSnapshot, "baseline: where load assignments live, snapshot or linear")
-	fs.DurationVar(&c.BaselineDebounce, "baseline-debounce", 100*time.Millisecond, "baseline: quiet time after a file event before reading (pilotwire's ingest waits 100ms by default)")
+	fs.DurationVar(&c.BaselineDebounce, "baseline-debounce", 0, "baseline: quiet time after a file event before reading (default: what pilotwire's ingest waits, --file-debounce or PILOTWIRE_FILE_DEBOUNCE in --ours-env)")
 	fs.StringArrayVar(&c.OursEnv, "ours-env", nil, "KEY=VALUE added to the environment of pilotwire's processes (repeatable), e.g. PILOT_DEBOUNCE_AFTER=50ms")
 	fs.StringVar(&c.OursLogLevel, "ours-log-level", "info", "log level of pilotwire's services")
 	fs.StringVar(&c.BinDir, "bin-dir", "", "directory of pilotwire's binaries (default: next to this pwbench)")
@@ -190,13 +194,9 @@ func runBench(ctx context.Context, c benchConfig, argv []string) error {
 	if err != nil {
 		return err
 	}
-	debounce := 100 * time.Millisecond
-	for _, kv := range c.OursEnv {
-		if v, ok := strings.CutPrefix(kv, "PILOT_DEBOUNCE_AFTER="); ok {
-			if debounce, err = time.ParseDuration(v); err != nil {
-				return fmt.Errorf("--ours-env %s: %w", kv, err)
-			}
-		}
+	waits, err := c.resolveWaits()
+	if err != nil {
+		return err
 	}
 	if c.ProfileDir != "" {
 		if err := os.MkdirAll(c.ProfileDir, 0o755); err != nil {
@@ -229,7 +229,8 @@ func runBench(ctx context.Context, c benchConfig, argv []string) error {
 		RecordsMesh:      recordsMesh,
 		RecordsRepeat:    c.RecordsRepeat,
 		WorkDir:          c.WorkDir,
-		DebounceAfter:    debounce,
+		DebounceAfter:    waits.debounceAfter,
+		FileDebounce:     waits.fileQuiet,
 		Log:              log,
 		Progress:         os.Stderr,
 	}
@@ -290,4 +291,45 @@ func runBench(ctx context.Context, c benchConfig, argv []string) error {
 // it there) with the arguments it ran with.
 func commandLine(argv []string) string {
 	return strings.Join(append([]string{"bin/pwbench"}, argv[1:]...), " ")
+}
+
+// waits are the quiet times pilotwire's services wait before acting on a
+// change: ingest's on a changed file, the debouncer's on the stream.
+type waits struct {
+	fileQuiet, debounceAfter time.Duration
+}
+
+// resolveWaits reads pilotwire's waits and gives the baseline ingest's
+// file quiet time unless --baseline-debounce set one.
+func (c *benchConfig) resolveWaits() (waits, error) {
+	w, err := pilotwireWaits(c.OursEnv)
+	if err == nil && c.BaselineDebounce <= 0 {
+		c.BaselineDebounce = w.fileQuiet
+	}
+	return w, err
+}
+
+// pilotwireWaits reads the waits pilotwire's processes will run with from
+// the environment --ours-env gives them, the services' defaults otherwise.
+// The baseline waits the same time on a file as ingest does, so a change's
+// latency compares the servers, not their debounce settings.
+func pilotwireWaits(env []string) (waits, error) {
+	w := waits{fileQuiet: filesource.DefaultQuiet, debounceAfter: debounce.DefaultDebounceAfter}
+	for _, kv := range env {
+		var dst *time.Duration
+		var v string
+		if val, ok := strings.CutPrefix(kv, "PILOT_DEBOUNCE_AFTER="); ok {
+			dst, v = &w.debounceAfter, val
+		} else if val, ok := strings.CutPrefix(kv, "PILOTWIRE_FILE_DEBOUNCE="); ok {
+			dst, v = &w.fileQuiet, val
+		} else {
+			continue
+		}
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			return waits{}, fmt.Errorf("--ours-env %s: %w", kv, err)
+		}
+		*dst = d
+	}
+	return w, nil
 }

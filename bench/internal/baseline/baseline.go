@@ -37,6 +37,7 @@ import (
 	"github.com/pilotwire/pilotwire/pkg/svc"
 	"github.com/pilotwire/pilotwire/pkg/xdsgen"
 	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
+	"github.com/pilotwire/pilotwire/services/ingest/filesource"
 )
 
 // EDS cache modes.
@@ -59,7 +60,8 @@ type Config struct {
 	// EDSLinear (one linear cache shared by every node).
 	EDS string
 	// Debounce is how long the directory must stay quiet after a file
-	// event before it is read (default 100ms, as pilotwire's ingest);
+	// event before it is read (default filesource.DefaultQuiet, as
+	// pilotwire's ingest);
 	// MaxDelay caps the wait (default 2s, as ingest).
 	Debounce, MaxDelay time.Duration
 	// Bare serves an ADS that answers each new subscription with an empty
@@ -132,7 +134,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("baseline: EDS cache %q: want %s or %s", cfg.EDS, EDSSnapshot, EDSLinear)
 	}
 	if cfg.Debounce <= 0 {
-		cfg.Debounce = 100 * time.Millisecond
+		cfg.Debounce = filesource.DefaultQuiet
 	}
 	if cfg.MaxDelay <= 0 {
 		cfg.MaxDelay = 2 * time.Second

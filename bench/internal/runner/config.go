@@ -167,8 +167,9 @@ type Config struct {
 
 	// WorkDir holds mesh directories (one per round).
 	WorkDir string
-	// DebounceAfter is pilotwire's push debounce, for the targets.
-	DebounceAfter time.Duration
+	// DebounceAfter is pilotwire's push debounce, and FileDebounce the
+	// quiet time its ingest waits on a changed file, for the targets.
+	DebounceAfter, FileDebounce time.Duration
 
 	Log *slog.Logger
 	// Progress receives one line per step as the run goes.

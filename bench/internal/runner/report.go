@@ -12,17 +12,40 @@ import (
 	"github.com/pilotwire/pilotwire/bench/internal/stats"
 )
 
-// Targets, from the issue: reported, never asserted.
+// Targets, from issue 17: reported, never asserted. Istio's figures are
+// the issue's, measured on this kind of machine with the same trace (mesh
+// 100x10, one endpoint of one service changed).
 const (
-	targetSlack         = 0.050    // p99 within debounce + 50 ms
-	targetRatio         = 10.0     // at least 10x lower p99 than the baseline
-	targetInitialSync   = 1.0      // seconds, 1000 proxies
-	targetStreamExtra   = 48 << 10 // bytes per idle stream beyond grpc-go's own
-	targetIngestRate    = 50_000   // records/s
-	targetReplayRate    = 150_000  // records/s
-	targetProxiesAt1000 = 1000
-	targetMesh          = "100x10"
+	targetSlack       = 0.050    // endpoint p99 within debounce + file quiet + 50 ms, at 1000 proxies
+	targetSyncRatio   = 1.5      // initial sync of 5000 at least 1.5x faster than the baseline
+	targetFanOutRatio = 5.0      // spread and CPU per endpoint change at least 5x the baseline's
+	targetStreamExtra = 48 << 10 // bytes per idle stream beyond grpc-go's own
+	targetIngestRate  = 50_000   // records/s
+	targetReplayRate  = 150_000  // records/s
+	targetMesh        = "100x10"
 )
+
+// istio holds Istio pilot's figures of the issue (admission limit lifted),
+// by proxy count: the fan-out spread p99 and the CPU-seconds of every
+// process per endpoint change.
+var istio = map[int]struct{ spread, cpu float64 }{
+	1000: {spread: 0.170, cpu: 0.25},
+	5000: {spread: 0.922, cpu: 1.12},
+}
+
+// atMostIstio judges a fan-out figure: at most Istio's at the same size
+// and at least 5x below the baseline's.
+func atMostIstio(what string, istioValue func(spread, cpu float64) float64, format func(float64) string) func(*ConfigResult, stats.Summary, stats.Summary) string {
+	return func(c *ConfigResult, o, b stats.Summary) string {
+		ref, ok := istio[c.Proxies]
+		if !ok || c.Mesh != targetMesh {
+			return ""
+		}
+		limit := istioValue(ref.spread, ref.cpu)
+		return judge(o.Median <= limit, fmt.Sprintf("≤ Istio's %s (%s)", what, format(limit))) + "; " +
+			judge(stats.Ratio(b.Median, o.Median) >= targetFanOutRatio, "≥ 5x below the baseline")
+	}
+}
 
 // row is one line of a configuration's table.
 type row struct {
@@ -57,30 +80,33 @@ func spread99(s *StepResult) float64  { return s.Conv.P99 - s.Conv.Min }
 func spreadMax(s *StepResult) float64 { return s.Conv.Max - s.Conv.Min }
 
 func (r *Report) rows() []row {
-	debounce := 0.1
+	debounce, fileQuiet := 0.1, 0.0
 	if d, err := parseDuration(r.Settings.DebounceAfter); err == nil && d > 0 {
 		debounce = d
 	}
+	if d, err := parseDuration(r.Settings.FileDebounce); err == nil && d > 0 {
+		fileQuiet = d
+	}
 	return []row{
-		{label: "Initial sync, all proxies", value: conv(StepInitial, pmax), unit: unitMS, target: func(c *ConfigResult, o, _ stats.Summary) string {
-			if c.Proxies != targetProxiesAt1000 {
+		{label: "Initial sync, all proxies", value: conv(StepInitial, pmax), unit: unitMS, target: func(c *ConfigResult, o, b stats.Summary) string {
+			if c.Proxies != 5000 {
 				return ""
 			}
-			return judge(o.Median < targetInitialSync, fmt.Sprintf("< %s at 1000 proxies", fmtSec(targetInitialSync)))
+			return judge(stats.Ratio(b.Median, o.Median) >= targetSyncRatio, "≥ 1.5x faster than the baseline at 5000 proxies")
 		}},
 		{label: "Initial sync, p50", value: conv(StepInitial, p50), unit: unitMS},
 		{label: "Initial sync, p99", value: conv(StepInitial, p99), unit: unitMS},
 		{label: "One endpoint changed, p50", value: conv(StepEndpoint, p50), unit: unitMS},
-		{label: "One endpoint changed, p99", value: conv(StepEndpoint, p99), unit: unitMS, target: func(c *ConfigResult, o, b stats.Summary) string {
-			if c.Proxies != targetProxiesAt1000 || c.Mesh != targetMesh {
+		{label: "One endpoint changed, p99", value: conv(StepEndpoint, p99), unit: unitMS, target: func(c *ConfigResult, o, _ stats.Summary) string {
+			if c.Proxies != 1000 || c.Mesh != targetMesh {
 				return ""
 			}
-			limit := debounce + targetSlack
-			return judge(o.Median <= limit, fmt.Sprintf("≤ debounce + 50 ms = %s", fmtSec(limit))) + "; " +
-				judge(stats.Ratio(b.Median, o.Median) >= targetRatio, "≥ 10x lower than the baseline")
+			limit := debounce + fileQuiet + targetSlack
+			return judge(o.Median <= limit, fmt.Sprintf("≤ debounce + file quiet + 50 ms = %s", fmtSec(limit)))
 		}},
 		{label: "One endpoint changed, last proxy", value: conv(StepEndpoint, pmax), unit: unitMS},
-		{label: "One endpoint changed, fan-out spread p99 (first proxy to p99)", value: conv(StepEndpoint, spread99), unit: unitMS},
+		{label: "One endpoint changed, fan-out spread p99 (first proxy to p99)", value: conv(StepEndpoint, spread99), unit: unitMS,
+			target: atMostIstio("spread p99", func(spread, _ float64) float64 { return spread }, fmtSec)},
 		{label: "One endpoint changed, fan-out spread (first to last proxy)", value: conv(StepEndpoint, spreadMax), unit: unitMS},
 		{label: "One service added, p50", value: conv(StepService, p50), unit: unitMS},
 		{label: "One service added, p99", value: conv(StepService, p99), unit: unitMS},
@@ -90,7 +116,8 @@ func (r *Report) rows() []row {
 		{label: "All proxies reconnect, p99", value: conv(StepReconnect, p99), unit: unitMS},
 		{label: "All proxies reconnect, last proxy", value: conv(StepReconnect, pmax), unit: unitMS},
 		{label: "CPU-seconds, initial sync", value: conv(StepInitial, cpu), unit: unitS},
-		{label: "CPU-seconds, one endpoint changed", value: conv(StepEndpoint, cpu), unit: unitS},
+		{label: "CPU-seconds, one endpoint changed", value: conv(StepEndpoint, cpu), unit: unitS,
+			target: atMostIstio("CPU", func(_, cpu float64) float64 { return cpu }, func(v float64) string { return fmt.Sprintf("%.2f s", v) })},
 		{label: "CPU-seconds, one service added", value: conv(StepService, cpu), unit: unitS},
 		{label: "CPU-seconds, rolling restart", value: conv(StepRestart, cpu), unit: unitS},
 		{label: "CPU-seconds, reconnect", value: conv(StepReconnect, cpu), unit: unitS},

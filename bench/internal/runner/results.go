@@ -177,6 +177,7 @@ type Settings struct {
 	RestartDuration  string   `json:"restart_duration"`
 	RestartSteps     int      `json:"restart_steps"`
 	DebounceAfter    string   `json:"debounce_after"`
+	FileDebounce     string   `json:"file_debounce,omitempty"`
 	Notes            []string `json:"notes,omitempty"`
 }
 

@@ -81,6 +81,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	rep.Settings.RestartEndpoints, rep.Settings.RestartSteps = cfg.RestartEndpoints, cfg.RestartSteps
 	rep.Settings.RestartDuration = cfg.RestartDuration.String()
 	rep.Settings.DebounceAfter = cfg.DebounceAfter.String()
+	rep.Settings.FileDebounce = cfg.FileDebounce.String()
 	for _, spec := range cfg.Meshes {
 		for _, n := range cfg.Proxies {
 			if err := ctx.Err(); err != nil {

@@ -42,13 +42,15 @@ type nameTable struct {
 func newNameTable() *nameTable { return &nameTable{runs: nameRuns{seed: maphash.MakeSeed()}} }
 
 // Bounds of the runs kept: a run of fewer names is cheaper to look up
-// name by name; the table starts over when it holds maxRunNames names in
-// all, so ever new runs (a client inventing names) cost what they would
-// without it, and it holds at most 16 bytes a name beyond the names
-// themselves, which the name table holds anyway.
+// name by name; the runs start over when they would hold more than
+// maxRunNames names or maxRunBytes bytes of runs in all, so ever new runs
+// (a client inventing names) cost what they would without them, and they
+// hold at most about maxRunBytes of names (names longer than the name
+// table keeps are held by their run) and 16 bytes a name beside them.
 const (
 	minRunNames = 8
 	maxRunNames = 1 << 20
+	maxRunBytes = 64 << 20
 )
 
 // nameRuns holds the names of runs of resource_names fields, by a hash of
@@ -57,32 +59,41 @@ type nameRuns struct {
 	seed maphash.Seed // set at construction
 
 	mu    sync.RWMutex
-	runs  map[uint64][]string // guarded by mu; read-only slices, cap == len
-	total int                 // guarded by mu; names in runs
+	runs  map[uint64]heldRun // guarded by mu
+	names int                // guarded by mu; names in runs
+	bytes int                // guarded by mu; bytes of the runs
+}
+
+// heldRun is a run's names (read-only, cap == len) and the run's size.
+type heldRun struct {
+	names []string
+	bytes int
 }
 
 // get returns the names of the run whose bytes are run, if it holds it.
 func (r *nameRuns) get(h uint64, run []byte) ([]string, bool) {
 	r.mu.RLock()
-	names, ok := r.runs[h]
+	held, ok := r.runs[h]
 	r.mu.RUnlock()
-	if !ok || !runHolds(run, names) {
+	if !ok || !runHolds(run, held.names) {
 		return nil, false
 	}
-	return names, true
+	return held.names, true
 }
 
-func (r *nameRuns) put(h uint64, names []string) {
+// put keeps names, the names of a run of size bytes, under hash h.
+func (r *nameRuns) put(h uint64, names []string, size int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.runs == nil || r.total+len(names) > maxRunNames {
-		r.runs, r.total = make(map[uint64][]string), 0
-	}
 	if old, ok := r.runs[h]; ok {
-		r.total -= len(old)
+		r.names, r.bytes = r.names-len(old.names), r.bytes-old.bytes
+		delete(r.runs, h)
 	}
-	r.runs[h] = names
-	r.total += len(names)
+	if r.runs == nil || r.names+len(names) > maxRunNames || r.bytes+size > maxRunBytes {
+		r.runs, r.names, r.bytes = make(map[uint64]heldRun), 0, 0
+	}
+	r.runs[h] = heldRun{names: names, bytes: size}
+	r.names, r.bytes = r.names+len(names), r.bytes+size
 }
 
 // runHolds reports whether run, a run of resource_names fields, names
@@ -184,7 +195,7 @@ func (t *nameTable) unmarshalRun(b []byte, start, end, count int, req *discovery
 			out = append(out, s)
 			rest = rest[n+m:]
 		}
-		t.runs.put(h, out)
+		t.runs.put(h, out, len(run))
 	}
 	proto.Reset(req)
 	merge := proto.UnmarshalOptions{Merge: true}

@@ -155,6 +155,39 @@ func TestRunsShareTheirNames(t *testing.T) {
 	}
 }
 
+// TestRunsStartOverWhenFull: the runs kept are bounded in names and in
+// bytes; past either bound they start over, and the newest run is kept.
+func TestRunsStartOverWhenFull(t *testing.T) {
+	held := func(r *nameRuns, h uint64) bool {
+		r.mu.RLock()
+		defer r.mu.RUnlock()
+		_, ok := r.runs[h]
+		return ok
+	}
+	for _, tc := range []struct {
+		name  string
+		names int
+		bytes int
+	}{
+		{name: "bytes", names: minRunNames, bytes: maxRunBytes/2 + 1},
+		{name: "names", names: maxRunNames/2 + 1, bytes: 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var r nameRuns
+			names := make([]string, tc.names)
+			r.put(1, names, tc.bytes)
+			r.put(1, names, tc.bytes) // the same run again replaces it
+			if !held(&r, 1) || r.names != tc.names || r.bytes != tc.bytes {
+				t.Fatalf("after one run put twice: held %v, %d names, %d bytes; want %d, %d", held(&r, 1), r.names, r.bytes, tc.names, tc.bytes)
+			}
+			r.put(2, names, tc.bytes)
+			if held(&r, 1) || !held(&r, 2) || r.names != tc.names || r.bytes != tc.bytes {
+				t.Errorf("past the bound: run 1 held %v, run 2 held %v, %d names, %d bytes; want only run 2", held(&r, 1), held(&r, 2), r.names, r.bytes)
+			}
+		})
+	}
+}
+
 // FuzzUnmarshalRequest: whatever the bytes, the name table decodes them
 // as protobuf does.
 func FuzzUnmarshalRequest(f *testing.F) {

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/pilotwire/pilotwire/pkg/model"
 	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
@@ -107,6 +108,8 @@ type conn struct {
 	subsChanged bool      // a watch's subscription (or the scope) changed since the registry write
 	scope       *pb.Scope // what the config depends on, as last computed (nil: not yet)
 	orderSeq    uint64    // highest through_seq of the orders handled on this connection
+	// connected as every registry view shows it, made with the first
+	connectedAt *timestamppb.Timestamp
 }
 
 func (s *Server) newConn(ctx context.Context, fixedType string) *conn {

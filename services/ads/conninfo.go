@@ -23,20 +23,13 @@ func (c *conn) syncedSeq() uint64 {
 }
 
 // info is the connection as the registry shows it. It runs after every
-// response and ACK, so the watches and the timestamps come in one
-// allocation each, not one per message.
+// response and ACK, and between two of them most watches are as they were:
+// a watch's view is made again only when what it shows changed, and the
+// views of the others are shared with the infos published before (each
+// view is read-only once made).
 func (c *conn) info() *pb.ConnectionInfo {
-	n := len(c.watches)
-	ws := make([]pb.Watch, n)
-	ts := make([]timestamppb.Timestamp, 2*n) // sent and acked of each
-	stamp := func(t time.Time) *timestamppb.Timestamp {
-		if t.IsZero() {
-			return nil
-		}
-		p := &ts[0]
-		ts = ts[1:]
-		p.Seconds, p.Nanos = t.Unix(), int32(t.Nanosecond())
-		return p
+	if c.connectedAt == nil {
+		c.connectedAt = timestamppb.New(c.connected)
 	}
 	ci := &pb.ConnectionInfo{
 		ConnId:      c.id,
@@ -47,25 +40,53 @@ func (c *conn) info() *pb.ConnectionInfo {
 		ProxyType:   c.proxy.Type,
 		Generator:   c.proxy.Generator,
 		SyncedSeq:   c.syncedSeq(),
-		ConnectedAt: timestamppb.New(c.connected),
+		ConnectedAt: c.connectedAt,
 		Peer:        c.peer,
 		Delta:       c.delta != nil,
 		Scope:       c.scope,
-		Watches:     make([]*pb.Watch, 0, n),
+		Watches:     make([]*pb.Watch, 0, len(c.watches)),
 	}
 	for _, t := range pushOrder {
-		w, ok := c.watches[t]
-		if !ok {
-			continue
+		if w, ok := c.watches[t]; ok {
+			ci.Watches = append(ci.Watches, w.view())
 		}
-		pw := &ws[len(ci.Watches)]
-		pw.TypeUrl = t
-		pw.Wildcard = w.wildcard
-		pw.Names = w.names // the loop replaces it, never changes it in place
-		pw.AckedVersion, pw.SentVersion = w.ackedVersion, w.sentVersion
-		pw.NackError, pw.Nonce = w.nackError, w.nonce
-		pw.SentAt, pw.AckedAt = stamp(w.sentAt), stamp(w.ackedAt)
-		ci.Watches = append(ci.Watches, pw)
 	}
 	return ci
+}
+
+// view is the watch as the registry shows it: the one made last while
+// nothing it shows has changed, else a new one.
+func (w *watch) view() *pb.Watch {
+	if v := w.shown; v != nil && v.Wildcard == w.wildcard && sameSlice(v.Names, w.names) &&
+		v.AckedVersion == w.ackedVersion && v.SentVersion == w.sentVersion &&
+		v.NackError == w.nackError && v.Nonce == w.nonce &&
+		w.shownSentAt.Equal(w.sentAt) && w.shownAckedAt.Equal(w.ackedAt) {
+		return v
+	}
+	stamp := func(t time.Time) *timestamppb.Timestamp {
+		if t.IsZero() {
+			return nil
+		}
+		return timestamppb.New(t)
+	}
+	w.shown = &pb.Watch{
+		TypeUrl:      w.typeURL,
+		Wildcard:     w.wildcard,
+		Names:        w.names, // the loop replaces it, never changes it in place
+		AckedVersion: w.ackedVersion,
+		SentVersion:  w.sentVersion,
+		NackError:    w.nackError,
+		Nonce:        w.nonce,
+		SentAt:       stamp(w.sentAt),
+		AckedAt:      stamp(w.ackedAt),
+	}
+	w.shownSentAt, w.shownAckedAt = w.sentAt, w.ackedAt
+	return w.shown
+}
+
+// sameSlice reports whether a and b are the same slice: names are
+// replaced, never changed in place, so the same backing array and length
+// are the same names.
+func sameSlice(a, b []string) bool {
+	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
 }

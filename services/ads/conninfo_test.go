@@ -67,18 +67,69 @@ func TestConnInfo(t *testing.T) {
 	}
 }
 
+// TestConnInfoSharesUnchangedWatches: an info made again shares the views
+// of the watches that did not change, shows the change of the one that
+// did, and leaves the info published before as it was.
+func TestConnInfoSharesUnchangedWatches(t *testing.T) {
+	sent := time.Unix(1700000000, 0)
+	c := sidecarConn(sent, sent.Add(time.Second))
+	before := c.info()
+	again := c.info()
+	for i := range before.Watches {
+		if again.Watches[i] != before.Watches[i] {
+			t.Errorf("watch %s made again with nothing changed", before.Watches[i].GetTypeUrl())
+		}
+	}
+	eds := c.watches[resource.EndpointType]
+	later := sent.Add(5 * time.Second)
+	eds.sentVersion, eds.nonce, eds.sentAt = "v2", "n-2", later
+	after := c.info()
+	for i, w := range after.Watches {
+		changed := w.GetTypeUrl() == resource.EndpointType
+		if (w != before.Watches[i]) != changed {
+			t.Errorf("watch %s: made again %v, want %v", w.GetTypeUrl(), w != before.Watches[i], changed)
+		}
+		if !changed {
+			continue
+		}
+		if w.GetSentVersion() != "v2" || w.GetNonce() != "n-2" || !w.GetSentAt().AsTime().Equal(later) || &w.Names[0] != &eds.names[0] {
+			t.Errorf("changed watch shows %v", w)
+		}
+		if old := before.Watches[i]; old.GetSentVersion() != "v1" || old.GetNonce() != "n-"+resource.EndpointType || !old.GetSentAt().AsTime().Equal(sent) {
+			t.Errorf("the info published before changed: %v", old)
+		}
+	}
+	eds.ackedAt = later
+	if got := c.info().Watches[1]; got == after.Watches[1] || !got.GetAckedAt().AsTime().Equal(later) {
+		t.Errorf("an ACK's time alone did not make the watch's view again: %v", got)
+	}
+}
+
 // BenchmarkConnInfo is a sidecar connection's registry view, made after
 // every response and ACK it handles: CDS and LDS wildcard, EDS for 100
-// clusters, RDS for one route, each sent and ACKed.
+// clusters, RDS for one route, each sent and ACKed; made again with
+// nothing changed, and after a push (one watch sent a new version).
 //
 //	go test ./services/ads -run '^$' -bench BenchmarkConnInfo -count 5
 func BenchmarkConnInfo(b *testing.B) {
-	now := time.Now()
-	c := sidecarConn(now, now)
-	b.ReportAllocs()
-	for b.Loop() {
-		if ci := c.info(); len(ci.GetWatches()) != 4 {
-			b.Fatalf("%d watches", len(ci.GetWatches()))
-		}
+	for _, push := range []bool{false, true} {
+		b.Run(fmt.Sprintf("push=%v", push), func(b *testing.B) {
+			now := time.Now()
+			c := sidecarConn(now, now)
+			eds := c.watches[resource.EndpointType]
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				if push {
+					i++
+					eds.nonce, eds.sentAt = nonces[i%len(nonces)], now.Add(time.Duration(i))
+				}
+				if ci := c.info(); len(ci.GetWatches()) != 4 {
+					b.Fatalf("%d watches", len(ci.GetWatches()))
+				}
+			}
+		})
 	}
 }
+
+var nonces = []string{"n-1", "n-2", "n-3", "n-4"}

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	resource "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+
+	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
 )
 
 // pushOrder is the order in which types are sent on a push, as Envoy wants
@@ -88,6 +90,10 @@ type watch struct {
 	nackedNonce  string // nonce of the last NACK, to tell a repeat
 	sentAt       time.Time
 	ackedAt      time.Time
+	// shown: the watch's registry view last made (conninfo.go), shared by
+	// the infos published since, read-only; and the times it shows
+	shown                     *pb.Watch
+	shownSentAt, shownAckedAt time.Time
 }
 
 // setNames applies the names of a request and reports whether the

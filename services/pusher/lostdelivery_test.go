@@ -48,6 +48,10 @@ func TestRequestLostInTransitIsHandled(t *testing.T) {
 		return err == nil && ci.Delivered.Stream >= 2
 	})
 	px.Cut()
+	// Request 3 comes once the pusher is connected again: one published
+	// while it reconnects may be delivered into the dead connection too,
+	// and then nothing shows the loss before the ack wait.
+	testutil.Eventually(t, "pusher reconnected", func() bool { return pnc.Stats().Reconnects >= 1 && pnc.IsConnected() })
 	h.push(t, &pb.PushRequest{Full: true, ThroughSeq: 3, FirstSeq: 3, Covered: []*pb.SeqRange{{First: 3, Last: 3}}})
 
 	// The lost one comes again only after the 5 s ack wait.

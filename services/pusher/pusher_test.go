@@ -64,6 +64,12 @@ func (f *fakeFrontend) expect(n int) <-chan struct{} {
 	return f.reached
 }
 
+// onceHeartbeatTimeout is the frontend timeout of tests that are not
+// about expiry: a fake frontend writes its heartbeat once, and under the
+// race detector on a loaded machine such a test can outlast the default
+// 6 s, its frontend then forgotten with its connections.
+const onceHeartbeatTimeout = time.Minute
+
 func newFrontend(t testing.TB, url, id string) *fakeFrontend {
 	t.Helper()
 	nc, js := natstest.Connect(t, url)
@@ -285,7 +291,7 @@ func equal(a, b []uint64) bool {
 // TestFanOutAndScoping: a full push reaches every connection once; an
 // endpoint push reaches only connections watching the changed service.
 func TestFanOutAndScoping(t *testing.T) {
-	h := startPusher(t, Config{})
+	h := startPusher(t, Config{FrontendTimeout: onceHeartbeatTimeout})
 	fe := newFrontend(t, h.url, "fe-1")
 	fe.register("c-a", 0, "outbound|80||a.ns.svc.cluster.local")
 	fe.register("c-b", 0, "outbound|80||b.ns.svc.cluster.local")
@@ -336,7 +342,7 @@ func TestMergeWhileInFlight(t *testing.T) {
 // TestLevelTriggeredCatchUp: a connection that registers behind the latest
 // PushRequest is pushed without any new request.
 func TestLevelTriggeredCatchUp(t *testing.T) {
-	h := startPusher(t, Config{})
+	h := startPusher(t, Config{FrontendTimeout: onceHeartbeatTimeout})
 	h.push(t, &pb.PushRequest{Full: true, ThroughSeq: 7})
 	testutil.Eventually(t, "request consumed", func() bool { return h.metric("pilotwire_pusher_latest_through_seq") == 7 })
 	fe := newFrontend(t, h.url, "fe-1")
@@ -355,7 +361,7 @@ func TestLevelTriggeredCatchUp(t *testing.T) {
 // changed, takes its own synced_seq and the connection is caught up
 // (issue 11 #2).
 func TestLateEntryWithNewWatchesCatchesUp(t *testing.T) {
-	h := startPusher(t, Config{})
+	h := startPusher(t, Config{FrontendTimeout: onceHeartbeatTimeout})
 	h.push(t, &pb.PushRequest{Full: true, ThroughSeq: 10})
 	testutil.Eventually(t, "request consumed", func() bool { return h.metric("pilotwire_pusher_latest_through_seq") == 10 })
 	fe := newFrontend(t, h.url, "fe-1")

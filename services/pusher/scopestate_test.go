@@ -53,7 +53,7 @@ func (h *harness) scopeSkips(t *testing.T) float64 {
 // pushed to it, its scope is not trusted (every change reaches it) until
 // an entry computed at least that late comes.
 func TestScopeAfterSidecarChange(t *testing.T) {
-	h := startPusher(t, Config{})
+	h := startPusher(t, Config{FrontendTimeout: onceHeartbeatTimeout})
 	fe := newFrontend(t, h.url, "fe-1")
 	fe.registerScoped("c", 10, 10)
 	fe.register("probe-1", 10)

@@ -27,7 +27,7 @@ func (f *fakeFrontend) fullOrders(conn string) []uint64 {
 // request through 100. Scoping the first must not mark connections synced
 // past 100, or the full request is skipped for everyone.
 func TestOvertakenFullPushReachesEveryone(t *testing.T) {
-	h := startPusher(t, Config{})
+	h := startPusher(t, Config{FrontendTimeout: onceHeartbeatTimeout})
 	fe := newFrontend(t, h.url, "fe-1")
 	fe.register("c-b", 0, "outbound|80||b.ns.svc.cluster.local")
 	fe.register("c-none", 0)

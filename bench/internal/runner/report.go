@@ -28,20 +28,27 @@ const (
 // istio holds Istio pilot's figures of the issue (admission limit lifted),
 // by proxy count: the fan-out spread p99 and the CPU-seconds of every
 // process per endpoint change.
-var istio = map[int]struct{ spread, cpu float64 }{
+var istio = map[int]istioFigures{
 	1000: {spread: 0.170, cpu: 0.25},
 	5000: {spread: 0.922, cpu: 1.12},
 }
 
-// atMostIstio judges a fan-out figure: at most Istio's at the same size
-// and at least 5x below the baseline's.
-func atMostIstio(what string, istioValue func(spread, cpu float64) float64, format func(float64) string) func(*ConfigResult, stats.Summary, stats.Summary) string {
+// istioFigures are Istio's fan-out spread p99 and CPU-seconds per endpoint
+// change at one proxy count.
+type istioFigures struct{ spread, cpu float64 }
+
+func (f istioFigures) spreadOf() float64 { return f.spread }
+func (f istioFigures) cpuOf() float64    { return f.cpu }
+
+// atMostIstio judges a fan-out figure: at most Istio's (pick) at the same
+// size and at least 5x below the baseline's.
+func atMostIstio(what string, pick func(istioFigures) float64, format func(float64) string) func(*ConfigResult, stats.Summary, stats.Summary) string {
 	return func(c *ConfigResult, o, b stats.Summary) string {
 		ref, ok := istio[c.Proxies]
 		if !ok || c.Mesh != targetMesh {
 			return ""
 		}
-		limit := istioValue(ref.spread, ref.cpu)
+		limit := pick(ref)
 		return judge(o.Median <= limit, fmt.Sprintf("≤ Istio's %s (%s)", what, format(limit))) + "; " +
 			judge(stats.Ratio(b.Median, o.Median) >= targetFanOutRatio, "≥ 5x below the baseline")
 	}
@@ -106,7 +113,7 @@ func (r *Report) rows() []row {
 		}},
 		{label: "One endpoint changed, last proxy", value: conv(StepEndpoint, pmax), unit: unitMS},
 		{label: "One endpoint changed, fan-out spread p99 (first proxy to p99)", value: conv(StepEndpoint, spread99), unit: unitMS,
-			target: atMostIstio("spread p99", func(spread, _ float64) float64 { return spread }, fmtSec)},
+			target: atMostIstio("spread p99", istioFigures.spreadOf, fmtSec)},
 		{label: "One endpoint changed, fan-out spread (first to last proxy)", value: conv(StepEndpoint, spreadMax), unit: unitMS},
 		{label: "One service added, p50", value: conv(StepService, p50), unit: unitMS},
 		{label: "One service added, p99", value: conv(StepService, p99), unit: unitMS},
@@ -117,7 +124,7 @@ func (r *Report) rows() []row {
 		{label: "All proxies reconnect, last proxy", value: conv(StepReconnect, pmax), unit: unitMS},
 		{label: "CPU-seconds, initial sync", value: conv(StepInitial, cpu), unit: unitS},
 		{label: "CPU-seconds, one endpoint changed", value: conv(StepEndpoint, cpu), unit: unitS,
-			target: atMostIstio("CPU", func(_, cpu float64) float64 { return cpu }, func(v float64) string { return fmt.Sprintf("%.2f s", v) })},
+			target: atMostIstio("CPU", istioFigures.cpuOf, func(v float64) string { return fmt.Sprintf("%.2f s", v) })},
 		{label: "CPU-seconds, one service added", value: conv(StepService, cpu), unit: unitS},
 		{label: "CPU-seconds, rolling restart", value: conv(StepRestart, cpu), unit: unitS},
 		{label: "CPU-seconds, reconnect", value: conv(StepReconnect, cpu), unit: unitS},

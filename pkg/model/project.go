@@ -42,8 +42,13 @@ func buildService(sk serviceKey, defs map[string]*slimService, sls map[sliceID]*
 
 	// The slice endpoints usable at all, in a stable order so that the
 	// per-port lists below need only a cheap sort.
-	ids := sortedKeys(sls, func(a, b sliceID) int {
-		return cmp.Or(strings.Compare(a.Cluster, b.Cluster), strings.Compare(a.Name, b.Name))
+	var buf [4]keyedSlice
+	keyed := buf[:0]
+	for id, sl := range sls {
+		keyed = append(keyed, keyedSlice{id: id, sl: sl})
+	}
+	slices.SortFunc(keyed, func(a, b keyedSlice) int {
+		return cmp.Or(strings.Compare(a.id.Cluster, b.id.Cluster), strings.Compare(a.id.Name, b.id.Name))
 	})
 	svc.Ports = make([]*Port, 0, len(spec.ports))
 	for _, sp := range spec.ports {
@@ -60,7 +65,7 @@ func buildService(sk serviceKey, defs map[string]*slimService, sls map[sliceID]*
 		if slices.ContainsFunc(svc.Ports, func(o *Port) bool { return o.Port == p.Port && o.Protocol == p.Protocol }) {
 			continue // invalid duplicate; the API server rejects these
 		}
-		p.Endpoints = portEndpoints(p, sk.Namespace, ids, sls, pods, nodes)
+		p.Endpoints = portEndpoints(p, sk.Namespace, keyed, pods, nodes)
 		svc.Ports = append(svc.Ports, p)
 	}
 	if len(svc.Ports) == 0 {
@@ -88,12 +93,16 @@ func sortedKeys[K comparable, V any](m map[K]V, compare func(a, b K) int) []K {
 
 // portEndpoints returns the ready endpoints of one service port: from each
 // slice, the port with the same name and protocol.
-func portEndpoints(p *Port, ns string, ids []sliceID, sls map[sliceID]*slimSlice, pods map[podKey]*pod, nodes map[nodeKey]*node) []Endpoint {
+func portEndpoints(p *Port, ns string, keyed []keyedSlice, pods map[podKey]*pod, nodes map[nodeKey]*node) []Endpoint {
 	// One allocation for the list: size it for every endpoint of the
 	// slices that serve the port, then drop the spare capacity.
+	var buf [4]keyedSlice
+	serving := buf[:0]
 	n := 0
-	for _, id := range ids {
-		if sl, _ := servingSlice(sls[id], p); sl != nil {
+	for _, k := range keyed {
+		if sl, port := servingSlice(k.sl, p); sl != nil {
+			k.port = port
+			serving = append(serving, k)
 			n += len(sl.endpoints)
 		}
 	}
@@ -101,12 +110,8 @@ func portEndpoints(p *Port, ns string, ids []sliceID, sls map[sliceID]*slimSlice
 		return nil
 	}
 	eps := make([]Endpoint, 0, n)
-	for _, id := range ids {
-		sl, port := servingSlice(sls[id], p)
-		if sl == nil {
-			continue
-		}
-		for _, ep := range sl.endpoints {
+	for _, k := range serving {
+		for _, ep := range k.sl.endpoints {
 			if ep.notReady {
 				continue
 			}
@@ -117,19 +122,19 @@ func portEndpoints(p *Port, ns string, ids []sliceID, sls map[sliceID]*slimSlice
 			var labels map[string]string
 			var pd *pod
 			if ep.podName != "" {
-				if pd = pods[podKey{Cluster: id.Cluster, Namespace: cmp.Or(ep.podNamespace, ns), Name: ep.podName}]; pd != nil {
+				if pd = pods[podKey{Cluster: k.id.Cluster, Namespace: cmp.Or(ep.podNamespace, ns), Name: ep.podName}]; pd != nil {
 					labels = pd.labels
 				}
 			}
-			loc := workloadLocality(pd, id.Cluster, ep.nodeName, ep.zone, nodes)
+			loc := workloadLocality(pd, k.id.Cluster, ep.nodeName, ep.zone, nodes)
 			eps = append(eps, Endpoint{
 				Address:   addr,
-				Port:      port,
+				Port:      k.port,
 				Region:    loc.Region,
 				Zone:      loc.Zone,
 				SubZone:   loc.SubZone,
 				NodeName:  ep.nodeName,
-				ClusterID: id.Cluster,
+				ClusterID: k.id.Cluster,
 				Labels:    labels,
 			})
 		}
@@ -141,6 +146,14 @@ func portEndpoints(p *Port, ns string, ids []sliceID, sls map[sliceID]*slimSlice
 	// Several slices may list the same endpoint (the API allows it during
 	// updates); keep the first in order.
 	return slices.Clip(slices.CompactFunc(eps, func(a, b Endpoint) bool { return a.Address == b.Address && a.Port == b.Port }))
+}
+
+// keyedSlice is one of a service's slices with its id and, once it is
+// known to serve a port, the port number it gives it.
+type keyedSlice struct {
+	id   sliceID
+	sl   *slimSlice
+	port int32
 }
 
 // servingSlice returns sl and the port number it gives service port p: that
@@ -176,6 +189,9 @@ func compareEndpoints(a, b Endpoint) int {
 // canonicalIP returns s in canonical form, or "" when s is not an IP address
 // usable as a destination (scoped IPv6 addresses are not).
 func canonicalIP(s string) string {
+	if canonicalIPv4(s) {
+		return s // nearly every endpoint's: no parse needed
+	}
 	a, err := netip.ParseAddr(s)
 	if err != nil || a.Zone() != "" {
 		return ""
@@ -187,6 +203,33 @@ func canonicalIP(s string) string {
 		return string(c)
 	}
 	return s
+}
+
+// canonicalIPv4 reports whether s is an IPv4 address as netip.Addr
+// writes it: four decimal fields of 0 to 255, without leading zeros.
+func canonicalIPv4(s string) bool {
+	if len(s) < len("0.0.0.0") || len(s) > len("255.255.255.255") {
+		return false
+	}
+	dots, val, digits := 0, 0, 0
+	for i := range len(s) {
+		switch c := s[i]; {
+		case c >= '0' && c <= '9':
+			if digits > 0 && val == 0 {
+				return false // a leading zero
+			}
+			if val = val*10 + int(c-'0'); val > 255 {
+				return false
+			}
+			digits++
+		case c == '.' && digits > 0 && dots < 3:
+			dots++
+			val, digits = 0, 0
+		default:
+			return false
+		}
+	}
+	return dots == 3 && digits > 0
 }
 
 func deref[T any](p *T) T {

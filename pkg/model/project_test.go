@@ -1,6 +1,9 @@
 package model
 
-import "testing"
+import (
+	"net/netip"
+	"testing"
+)
 
 func TestCanonicalIP(t *testing.T) {
 	tests := []struct {
@@ -14,6 +17,15 @@ func TestCanonicalIP(t *testing.T) {
 		{name: "scoped ipv6", in: "fe80::1%eth0", want: ""},
 		{name: "not an address", in: "example.com", want: ""},
 		{name: "empty", in: "", want: ""},
+		{name: "ipv4 zeros", in: "0.0.0.0", want: "0.0.0.0"},
+		{name: "ipv4 highest", in: "255.255.255.255", want: "255.255.255.255"},
+		{name: "ipv4 field past 255", in: "10.1.2.256", want: ""},
+		{name: "ipv4 leading zero", in: "10.01.2.3", want: ""},
+		{name: "ipv4 three fields", in: "10.1.2", want: ""},
+		{name: "ipv4 five fields", in: "10.1.2.3.4", want: ""},
+		{name: "ipv4 empty field", in: "10..2.3", want: ""},
+		{name: "ipv4 trailing dot", in: "10.1.2.3.", want: ""},
+		{name: "ipv4 with a port", in: "10.1.2.3:80", want: ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -32,4 +44,20 @@ func TestCanonicalIPAllocations(t *testing.T) {
 			t.Errorf("canonicalIP(%q): %v allocations, want 0", in, n)
 		}
 	}
+}
+
+// canonicalIPv4, the shortcut past netip for nearly every endpoint's
+// address, says yes exactly when netip parses s as IPv4 and writes it back
+// unchanged.
+func FuzzCanonicalIPv4(f *testing.F) {
+	for _, s := range []string{"10.1.2.3", "0.0.0.0", "255.255.255.255", "256.1.1.1", "01.1.1.1", "1.1.1", "1.1.1.1.", ".1.1.1", "1..1.1", "1.1.1.1a", "::ffff:1.2.3.4", "1.2.3.4%eth0", "00.0.0.0", "1.2.3.-4"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		a, err := netip.ParseAddr(s)
+		want := err == nil && a.Is4() && a.String() == s
+		if got := canonicalIPv4(s); got != want {
+			t.Errorf("canonicalIPv4(%q) = %v, netip says %v", s, got, want)
+		}
+	})
 }

@@ -119,7 +119,12 @@ func (s *Store) rebuild() *Mesh {
 		s.problemsDirty = true
 	}
 	s.eachDirtyBuilt(defaultExportTo, func(sk serviceKey, next *Service) {
-		host := Hostname(sk.Namespace, sk.Name)
+		var host string
+		if next != nil {
+			host = next.Hostname
+		} else {
+			host = Hostname(sk.Namespace, sk.Name)
+		}
 		old := r.prev.content.byHost[host]
 		if old != nil && old.Registry != Kubernetes {
 			old = nil // a ServiceEntry had the host: it is reported below

@@ -128,6 +128,10 @@ type Endpoint struct {
 	// Port is the endpoint's port: that of the slice port matching the
 	// Service port by name and protocol.
 	Port int32
+	// Weight is the endpoint's load-balancing weight; 0 means 1. (Beside
+	// Port, so that the two share a word: an Endpoint is 128 bytes, not
+	// 136.)
+	Weight uint32
 	// Region, Zone and SubZone are the workload's locality ([Locality]):
 	// for a Kubernetes endpoint, its Pod's locality label
 	// (topology.istio.io/locality, istio-locality), else its Node's
@@ -143,8 +147,6 @@ type Endpoint struct {
 	// endpoint's targetRef names, of a WorkloadEntry, or of a ServiceEntry
 	// endpoint. Subsets select endpoints by them. Shared, read-only.
 	Labels map[string]string
-	// Weight is the endpoint's load-balancing weight; 0 means 1.
-	Weight uint32
 	// Network is the endpoint's network, "" for the default one.
 	Network string
 }

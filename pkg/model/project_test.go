@@ -3,6 +3,7 @@ package model
 import (
 	"net/netip"
 	"testing"
+	"unsafe"
 )
 
 func TestCanonicalIP(t *testing.T) {
@@ -60,4 +61,13 @@ func FuzzCanonicalIPv4(f *testing.F) {
 			t.Errorf("canonicalIPv4(%q) = %v, netip says %v", s, got, want)
 		}
 	})
+}
+
+// The mesh holds an Endpoint per endpoint per port, the bulk of a large
+// mesh's memory: a field added or moved should be a choice, not an
+// accident of padding.
+func TestEndpointSize(t *testing.T) {
+	if got := unsafe.Sizeof(Endpoint{}); got != 128 {
+		t.Errorf("Endpoint is %d bytes, want 128 (mind the padding when adding a field)", got)
+	}
 }

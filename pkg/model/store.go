@@ -39,11 +39,10 @@ type Store struct {
 	buildWorkers int // goroutines a large rebuild may use (snapshot.go)
 
 	// Indexes of the decoded kinds, by the mesh service they belong to.
-	services   map[serviceKey]map[string]*slimService // cluster id → Service
-	slices     map[serviceKey]map[sliceID]*slimSlice  // by kubernetes.io/service-name
-	sliceOwner map[ObjectKey]serviceKey               // the service a stored slice joins
-	pods       map[podKey]*pod
-	podUsers   podUsers // services whose slices name the pod, how many times
+	services map[serviceKey]map[string]*slimService // cluster id → Service
+	slices   map[serviceKey]map[sliceID]*slimSlice  // by kubernetes.io/service-name
+	pods     map[podKey]*pod
+	podUsers podUsers // services whose slices name the pod, how many times
 	// usersIndexed: podUsers and nodeUsers are built (indexUsers) and kept
 	// by every slice change.
 	usersIndexed bool
@@ -128,7 +127,6 @@ func NewStore(opts ...Option) *Store {
 		objects:         make(map[ObjectKey]*entry),
 		services:        make(map[serviceKey]map[string]*slimService),
 		slices:          make(map[serviceKey]map[sliceID]*slimSlice),
-		sliceOwner:      make(map[ObjectKey]serviceKey),
 		pods:            make(map[podKey]*pod),
 		podUsers:        make(podUsers),
 		nodes:           make(map[nodeKey]*node),
@@ -185,7 +183,6 @@ func (s *Store) Reserve(r Reservation) {
 	reserve(&s.services, r.Services)
 	reserve(&s.slices, r.Services)
 	reserve(&s.dirty, r.Services) // a store emptied by deletes may hold marks
-	reserve(&s.sliceOwner, r.EndpointSlices)
 }
 
 // reserve replaces an empty map with one sized for n (at most maxReserve).
@@ -304,12 +301,13 @@ func (s *Store) apply(d *Decoded, seq uint64) error {
 			s.problemsDirty = true
 		}
 		e.uid, e.resourceVersion, e.seq = d.uid, d.resourceVersion, seq
-		if old := s.objects[key]; old != nil && (e.pod != nil && samePod(old.pod, e.pod) || e.node != nil && old.node != nil && *old.node == *e.node) {
+		old := s.objects[key]
+		if old != nil && (e.pod != nil && samePod(old.pod, e.pod) || e.node != nil && old.node != nil && *old.node == *e.node) {
 			// Status churn: nothing the mesh reads changed.
 			old.uid, old.resourceVersion, old.seq = e.uid, e.resourceVersion, e.seq
 			return nil
 		}
-		s.remove(key)
+		s.removeEntry(key, old)
 		s.insert(key, e)
 		return nil
 	case pb.Op_OP_DELETE:
@@ -317,7 +315,7 @@ func (s *Store) apply(d *Decoded, seq uint64) error {
 			delete(s.undecodable, key)
 			s.problemsDirty = true
 		}
-		s.remove(key)
+		s.removeEntry(key, s.objects[key])
 		return nil
 	default:
 		return fmt.Errorf("object %s: unknown op %v", key, d.op)
@@ -427,7 +425,6 @@ func (s *Store) insert(key ObjectKey, e *entry) {
 			s.slices[sk] = bySlice
 		}
 		bySlice[sliceID{Cluster: key.Cluster, Name: key.Name}] = e.slice
-		s.sliceOwner[key] = sk
 		s.dirty[sk] = struct{}{}
 		s.countPodUsers(key, e.slice, sk, 1)
 	case e.pod != nil:
@@ -514,9 +511,9 @@ func (s *Store) podChanged(pk podKey) {
 	}
 }
 
-// remove forgets key and unindexes it; removing a missing key is a no-op.
-func (s *Store) remove(key ObjectKey) {
-	e := s.objects[key]
+// removeEntry forgets key, under which e is stored, and unindexes it; e
+// nil (nothing stored) is a no-op.
+func (s *Store) removeEntry(key ObjectKey, e *entry) {
 	if e == nil {
 		return
 	}
@@ -530,11 +527,11 @@ func (s *Store) remove(key ObjectKey) {
 		}
 		s.dirty[sk] = struct{}{}
 	case e.slice != nil:
-		sk, ok := s.sliceOwner[key]
-		if !ok {
+		name := e.slice.serviceName // the service it joined, as insert had it
+		if name == "" {
 			return
 		}
-		delete(s.sliceOwner, key)
+		sk := serviceKey{Namespace: key.Namespace, Name: name}
 		delete(s.slices[sk], sliceID{Cluster: key.Cluster, Name: key.Name})
 		if len(s.slices[sk]) == 0 {
 			delete(s.slices, sk)

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"time"
+
+	"github.com/klauspost/compress/s2"
 )
 
 // magic starts every encoded snapshot (format version 2: each entry ends
@@ -15,11 +17,16 @@ import (
 //
 // A view (magicView) is the same layout written for frontends: live
 // entries only, and an entry with a compact form carries an empty data
-// field, so a frontend reads and hashes a third of the bytes.
+// field, so a frontend reads and hashes a third of the bytes. A view is
+// written compressed (magicViewS2): after its header, the entries are an
+// S2 stream (github.com/klauspost/compress/s2: framed blocks, each with
+// its CRC), about a third of the bytes again. An uncompressed view is
+// still read.
 const (
-	magic     = "PWSNAP2\n"
-	magicV1   = "PWSNAP1\n"
-	magicView = "PWVIEW1\n"
+	magic       = "PWSNAP2\n"
+	magicV1     = "PWSNAP1\n"
+	magicView   = "PWVIEW1\n"
+	magicViewS2 = "PWVIEW2\n"
 )
 
 // maxField bounds one decoded field (subject, header, record): a change
@@ -45,15 +52,24 @@ type entry struct {
 // encode writes entries as: magic, then per entry uvarint seq, varint
 // unix nanos, a flags byte, and the subject, content, data and model form
 // each as uvarint length and bytes. A view (see magicView) leaves out
-// deleted entries and the data of entries that have a model form.
-func encode(w io.Writer, entries []entry, view bool) error {
-	bw := bufio.NewWriterSize(w, 256<<10)
+// deleted entries and the data of entries that have a model form, and is
+// compressed (magicViewS2) unless plainView.
+func encode(w io.Writer, entries []entry, view, plainView bool) error {
+	out := bufio.NewWriterSize(w, 256<<10)
 	head := magic
-	if view {
+	switch {
+	case view && plainView:
 		head = magicView
+	case view:
+		head = magicViewS2
 	}
-	if _, err := bw.WriteString(head); err != nil {
+	if _, err := out.WriteString(head); err != nil {
 		return err
+	}
+	bw, zw := out, (*s2.Writer)(nil)
+	if head == magicViewS2 {
+		zw = s2.NewWriter(out)
+		bw = bufio.NewWriterSize(zw, 256<<10)
 	}
 	var buf [binary.MaxVarintLen64]byte
 	putU := func(v uint64) error { _, err := bw.Write(buf[:binary.PutUvarint(buf[:], v)]); return err }
@@ -97,7 +113,15 @@ func encode(w io.Writer, entries []entry, view bool) error {
 			return err
 		}
 	}
-	return bw.Flush()
+	if err := bw.Flush(); err != nil {
+		return err
+	}
+	if zw != nil {
+		if err := zw.Close(); err != nil {
+			return err
+		}
+	}
+	return out.Flush()
 }
 
 // decode reads what encode wrote and calls fn for each entry, in order
@@ -112,10 +136,13 @@ func decode(r io.Reader, fn func(Record, byte) error) error {
 	if _, err := io.ReadFull(br, head); err != nil {
 		return fmt.Errorf("snapshot header: %w", err)
 	}
-	if string(head) != magic && string(head) != magicV1 && string(head) != magicView {
+	if string(head) != magic && string(head) != magicV1 && string(head) != magicView && string(head) != magicViewS2 {
 		return fmt.Errorf("not a snapshot (header %q)", head)
 	}
-	withModel, view := string(head) != magicV1, string(head) == magicView
+	withModel, view := string(head) != magicV1, string(head) == magicView || string(head) == magicViewS2
+	if string(head) == magicViewS2 {
+		br = bufio.NewReaderSize(s2.NewReader(br), 256<<10)
+	}
 	d := decoder{br: br}
 	var last uint64
 	for i := 0; ; i++ {

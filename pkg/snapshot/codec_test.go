@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
@@ -38,7 +39,7 @@ func decodeAll(b []byte) ([]entry, error) {
 func TestCodecFieldsAndTruncation(t *testing.T) {
 	want := codecEntries()
 	var buf bytes.Buffer
-	if err := encode(&buf, want, false); err != nil {
+	if err := encode(&buf, want, false, false); err != nil {
 		t.Fatal(err)
 	}
 	enc := buf.Bytes()
@@ -52,7 +53,7 @@ func TestCodecFieldsAndTruncation(t *testing.T) {
 	boundaries := map[int]bool{len(magic): true, len(enc): true}
 	for i := range want {
 		var b bytes.Buffer
-		if err := encode(&b, want[:i+1], false); err != nil {
+		if err := encode(&b, want[:i+1], false, false); err != nil {
 			t.Fatal(err)
 		}
 		boundaries[b.Len()] = true
@@ -77,15 +78,18 @@ func TestCodecFieldsAndTruncation(t *testing.T) {
 // something that decodes to the same entries.
 func FuzzDecode(f *testing.F) {
 	var buf bytes.Buffer
-	if err := encode(&buf, codecEntries()[:1], false); err != nil {
+	if err := encode(&buf, codecEntries()[:1], false, false); err != nil {
 		f.Fatal(err)
 	}
 	f.Add(buf.Bytes())
-	buf.Reset()
-	if err := encode(&buf, codecEntries(), true); err != nil {
-		f.Fatal(err)
+	for _, plain := range []bool{false, true} {
+		buf.Reset()
+		if err := encode(&buf, codecEntries(), true, plain); err != nil {
+			f.Fatal(err)
+		}
+		f.Add(buf.Bytes())
 	}
-	f.Add(buf.Bytes())
+	f.Add([]byte(magicViewS2))
 	f.Add([]byte(magic))
 	f.Add([]byte(magic + "\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01"))
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -94,7 +98,8 @@ func FuzzDecode(f *testing.F) {
 			return
 		}
 		var again bytes.Buffer
-		if err := encode(&again, got, bytes.HasPrefix(b, []byte(magicView))); err != nil {
+		plainView := bytes.HasPrefix(b, []byte(magicView))
+		if err := encode(&again, got, plainView || bytes.HasPrefix(b, []byte(magicViewS2)), plainView); err != nil {
 			t.Fatal(err)
 		}
 		back, err := decodeAll(again.Bytes())
@@ -142,32 +147,84 @@ func TestCodecReadsVersion1(t *testing.T) {
 
 // TestCodecView: a view holds the live entries only, and an entry with a
 // model form comes without its data; one without a form keeps its data.
-// A view that holds a deleted entry, or data beside a form, is refused.
+// It is written compressed, and a view written uncompressed (by writers
+// before compression) reads the same. A view that holds a deleted entry,
+// or data beside a form, is refused.
 func TestCodecView(t *testing.T) {
-	var buf bytes.Buffer
-	if err := encode(&buf, codecEntries(), true); err != nil {
-		t.Fatal(err)
-	}
-	got, err := decodeAll(buf.Bytes())
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := codecEntries()[:2]
-	want[0].rec.Data = nil // it has a form
-	if diff := cmp.Diff(want, got, cmp.AllowUnexported(entry{})); diff != "" {
-		t.Fatalf("view read back (-want +got):\n%s", diff)
+	for _, plain := range []bool{false, true} {
+		var buf bytes.Buffer
+		if err := encode(&buf, codecEntries(), true, plain); err != nil {
+			t.Fatal(err)
+		}
+		if head, want := string(buf.Bytes()[:len(magic)]), map[bool]string{false: magicViewS2, true: magicView}[plain]; head != want {
+			t.Errorf("plain=%v: header %q, want %q", plain, head, want)
+		}
+		got, err := decodeAll(buf.Bytes())
+		if err != nil {
+			t.Fatalf("plain=%v: %v", plain, err)
+		}
+		want := codecEntries()[:2]
+		want[0].rec.Data = nil // it has a form
+		if diff := cmp.Diff(want, got, cmp.AllowUnexported(entry{})); diff != "" {
+			t.Fatalf("plain=%v: view read back (-want +got):\n%s", plain, diff)
+		}
 	}
 	for name, entries := range map[string][]entry{
 		"deleted entry":      codecEntries()[2:],
 		"data beside a form": codecEntries()[:1],
 	} {
 		var full bytes.Buffer
-		if err := encode(&full, entries, false); err != nil {
+		if err := encode(&full, entries, false, false); err != nil {
 			t.Fatal(err)
 		}
 		b := append([]byte(magicView), full.Bytes()[len(magic):]...)
 		if _, err := decodeAll(b); err == nil {
 			t.Errorf("a view with a %s decoded without an error", name)
+		}
+	}
+}
+
+// TestCodecViewCompressed: a compressed view of many alike entries (as a
+// mesh's compact forms are) is a fraction of the plain one, and a view
+// damaged anywhere in its stream, or cut short, is an error: never fewer
+// or other entries.
+func TestCodecViewCompressed(t *testing.T) {
+	var entries []entry
+	for i := range 2000 {
+		entries = append(entries, entry{rec: &Record{
+			Subject: fmt.Sprintf("pw.changes.c1.discovery_k8s_io.EndpointSlice.shop.svc-%04d-abcde", i),
+			Seq:     uint64(i + 1), Time: time.Unix(1_780_000_000, int64(i)).UTC(),
+			Model: []byte(fmt.Sprintf("\x01svc-%04d\x0010.%d.%d.1 node-%d zone-a 10.%d.%d.2 node-%d zone-b", i, i/250, i%250, i%7, i/250, i%250, i%5)),
+		}})
+	}
+	var plain, packed bytes.Buffer
+	if err := encode(&plain, entries, true, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := encode(&packed, entries, true, false); err != nil {
+		t.Fatal(err)
+	}
+	if packed.Len()*2 > plain.Len() {
+		t.Errorf("compressed view is %d bytes, the plain one %d: want less than half", packed.Len(), plain.Len())
+	}
+	got, err := decodeAll(packed.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(entries) {
+		t.Fatalf("read %d entries, want %d", len(got), len(entries))
+	}
+	enc := packed.Bytes()
+	for _, at := range []int{len(magic) + 20, len(enc) / 2, len(enc) - 5} {
+		bad := bytes.Clone(enc)
+		bad[at] ^= 0x40
+		if got, err := decodeAll(bad); err == nil {
+			t.Errorf("a view with byte %d of %d changed decoded without an error (%d entries)", at, len(enc), len(got))
+		}
+	}
+	for _, cut := range []int{len(magic) + 3, len(enc) / 3, len(enc) - 1} {
+		if got, err := decodeAll(enc[:cut]); err == nil {
+			t.Errorf("a view cut at %d of %d decoded without an error (%d entries)", cut, len(enc), len(got))
 		}
 	}
 }

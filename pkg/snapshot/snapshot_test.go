@@ -215,7 +215,7 @@ func TestCodecRoundTrip(t *testing.T) {
 		}
 	}
 	var buf bytes.Buffer
-	if err := encode(&buf, set.entries(), false); err != nil {
+	if err := encode(&buf, set.entries(), false, false); err != nil {
 		t.Fatal(err)
 	}
 	back := NewSet()

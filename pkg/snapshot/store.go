@@ -290,7 +290,7 @@ func (s *Store) WriteView(ctx context.Context, set *Set, in Info, kinds map[stri
 func (s *Store) put(ctx context.Context, in Info, name, desc string, entries []entry, view bool, extra map[string]string) (uint64, error) {
 	pr, pw := io.Pipe()
 	encoded := make(chan struct{})
-	go func() { defer close(encoded); pw.CloseWithError(encode(pw, entries, view)) }()
+	go func() { defer close(encoded); pw.CloseWithError(encode(pw, entries, view, false)) }()
 	defer func() { <-encoded }()
 	meta := map[string]string{
 		"seq":      strconv.FormatUint(in.Seq, 10),

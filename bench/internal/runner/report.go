@@ -71,6 +71,7 @@ const (
 	unitKiB
 	unitCount
 	unitRatio
+	unitCores
 )
 
 func conv(step string, f func(*StepResult) float64) func(*RoundResult) float64 {
@@ -128,6 +129,12 @@ func (r *Report) rows() []row {
 		{label: "CPU-seconds, one service added", value: conv(StepService, cpu), unit: unitS},
 		{label: "CPU-seconds, rolling restart", value: conv(StepRestart, cpu), unit: unitS},
 		{label: "CPU-seconds, reconnect", value: conv(StepReconnect, cpu), unit: unitS},
+		{label: "CPU cores with the fleet in sync and nothing changing", value: func(rr *RoundResult) float64 {
+			if rr.IdleCores == 0 {
+				return math.NaN()
+			}
+			return rr.IdleCores
+		}, unit: unitCores},
 		{label: "KiB per proxy, one endpoint changed", value: conv(StepEndpoint, bytesPer), unit: unitKiB, target: changed(StepEndpoint)},
 		{label: "KiB per proxy, one service added", value: conv(StepService, bytesPer), unit: unitKiB, target: changed(StepService)},
 		{label: "KiB per proxy, rolling restart", value: conv(StepRestart, bytesPer), unit: unitKiB, target: changed(StepRestart)},
@@ -236,6 +243,8 @@ func formatValue(v float64, u unit) string {
 		return fmt.Sprintf("%.1f KiB", v/1024)
 	case unitCount:
 		return fmt.Sprintf("%.0f", v)
+	case unitCores:
+		return fmt.Sprintf("%.3f", v)
 	default:
 		return fmt.Sprintf("%.2f", v)
 	}

@@ -86,6 +86,10 @@ type RoundResult struct {
 	LiveIdle      uint64  `json:"live_idle,omitempty"`
 	LiveSynced    uint64  `json:"live_synced,omitempty"`
 	LivePerStream float64 `json:"live_per_stream,omitempty"`
+	// IdleCores is the control plane's CPU, in cores, over a few seconds
+	// with the fleet in sync and nothing changing, measured after the
+	// initial sync; the later steps' tails end within IdleCPU of it.
+	IdleCores float64 `json:"idle_cores,omitempty"`
 	// FinalStates is the number of distinct configurations the proxies
 	// held at the end (1 when they agree); FinalOK whether it is the
 	// expected one and a fresh reference proxy got it too.

@@ -2,6 +2,7 @@ package runner
 
 import (
 	"context"
+	"math"
 	"testing"
 	"time"
 )
@@ -104,5 +105,21 @@ func TestWaitIdleAboveBackground(t *testing.T) {
 	b.busy = time.Now()
 	if waited, idle := waitIdle(ctx, b, 0.05, 200*time.Millisecond, time.Second); idle {
 		t.Fatalf("waitIdle at the absolute threshold = %s, %v; want it to give up on a 0.2-core background", waited, idle)
+	}
+}
+
+// aboveIdle takes the background's share of the step's window off the
+// step's CPU, and says nothing when the background was not measured.
+func TestAboveIdle(t *testing.T) {
+	rr := &RoundResult{IdleCores: 0.1, Steps: []StepResult{{Name: StepEndpoint, CPU: 0.5, Window: 2}}}
+	if got := aboveIdle(StepEndpoint)(rr); math.Abs(got-0.3) > 1e-9 {
+		t.Errorf("aboveIdle = %v, want 0.3", got)
+	}
+	rr.IdleCores = 0
+	if got := aboveIdle(StepEndpoint)(rr); !math.IsNaN(got) {
+		t.Errorf("aboveIdle without a measured background = %v, want NaN", got)
+	}
+	if got := aboveIdle(StepService)(&RoundResult{IdleCores: 0.1}); !math.IsNaN(got) {
+		t.Errorf("aboveIdle of a step not run = %v, want NaN", got)
 	}
 }

@@ -129,6 +129,7 @@ func (r *Report) rows() []row {
 		{label: "CPU-seconds, one service added", value: conv(StepService, cpu), unit: unitS},
 		{label: "CPU-seconds, rolling restart", value: conv(StepRestart, cpu), unit: unitS},
 		{label: "CPU-seconds, reconnect", value: conv(StepReconnect, cpu), unit: unitS},
+		{label: "CPU-seconds above the idle rate below, one endpoint changed", value: aboveIdle(StepEndpoint), unit: unitS},
 		{label: "CPU cores with the fleet in sync and nothing changing", value: func(rr *RoundResult) float64 {
 			if rr.IdleCores == 0 {
 				return math.NaN()

@@ -36,8 +36,10 @@ type StepResult struct {
 	// before the injection until the fleet was quiet and the control plane
 	// idle; LoadgenCPU that of the load generator over the same time. Tail
 	// is how long the control plane stayed busy after the fleet was quiet.
-	CPU        float64 `json:"cpu_s"`
-	Tail       float64 `json:"tail_s"`
+	CPU  float64 `json:"cpu_s"`
+	Tail float64 `json:"tail_s"`
+	// Window is how long CPU was counted over, in seconds.
+	Window     float64 `json:"window_s,omitempty"`
 	LoadgenCPU float64 `json:"loadgen_cpu_s"`
 	// Bytes received per proxy: whole DiscoveryResponses, and only the
 	// resources in them.
@@ -207,6 +209,19 @@ func (c *ConfigResult) summarize(system string, f func(*RoundResult) float64) st
 }
 
 // stepValue returns a function reading one value of one step.
+// aboveIdle is a step's CPU less what the control plane's background
+// (RoundResult.IdleCores) used over the step's window: what the step
+// itself cost. NaN when the background was not measured.
+func aboveIdle(step string) func(*RoundResult) float64 {
+	return func(r *RoundResult) float64 {
+		s := r.Step(step)
+		if s == nil || r.IdleCores == 0 || s.Window == 0 {
+			return math.NaN()
+		}
+		return s.CPU - r.IdleCores*s.Window
+	}
+}
+
 func stepValue(step string, f func(*StepResult) float64) func(*RoundResult) float64 {
 	return func(r *RoundResult) float64 {
 		s := r.Step(step)

@@ -397,6 +397,7 @@ func (r *runner) step(ctx context.Context, e *env, name string, prev, next *xdss
 		}
 	}
 	cpu0, cpuOK := e.inst.CPU()
+	cpuFrom := time.Now()
 	lg0, lgOK := r.cfg.Fleets.CPU(e.fleet)
 	stats0, err := e.fleet.Stats(ctx)
 	if err != nil {
@@ -444,6 +445,7 @@ func (r *runner) step(ctx context.Context, e *env, name string, prev, next *xdss
 		}
 	}
 	cpu1, _ := e.inst.CPU()
+	st.Window = time.Since(cpuFrom).Seconds()
 	lg1, _ := r.cfg.Fleets.CPU(e.fleet)
 	stats1, err := e.fleet.Stats(ctx)
 	if err != nil {

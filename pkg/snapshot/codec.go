@@ -69,6 +69,9 @@ func encode(w io.Writer, entries []entry, view, plainView bool) error {
 	bw, zw := out, (*s2.Writer)(nil)
 	if head == magicViewS2 {
 		zw = s2.NewWriter(out)
+		// An early return still ends the writer's goroutines; after the
+		// Close below, this one only reports that it is closed.
+		defer zw.Close()
 		bw = bufio.NewWriterSize(zw, 256<<10)
 	}
 	var buf [binary.MaxVarintLen64]byte

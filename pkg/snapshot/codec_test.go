@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
@@ -226,5 +227,35 @@ func TestCodecViewCompressed(t *testing.T) {
 		if got, err := decodeAll(enc[:cut]); err == nil {
 			t.Errorf("a view cut at %d of %d decoded without an error (%d entries)", cut, len(enc), len(got))
 		}
+	}
+}
+
+// failAfter is a writer that fails once n bytes are written.
+type failAfter struct{ n int }
+
+func (w *failAfter) Write(p []byte) (int, error) {
+	if len(p) > w.n {
+		n := w.n
+		w.n = 0
+		return n, errors.New("the object store went away")
+	}
+	w.n -= len(p)
+	return len(p), nil
+}
+
+// A compressed view whose writer fails part way returns the error and
+// leaves none of the compressor's goroutines behind (TestMain checks).
+func TestCodecViewWriteFails(t *testing.T) {
+	rnd := rand.New(rand.NewPCG(1, 2))
+	var entries []entry
+	for i := range 5000 {
+		form := make([]byte, 600) // incompressible, so that the writer sees most of it
+		for j := range form {
+			form[j] = byte(rnd.Uint32())
+		}
+		entries = append(entries, entry{rec: &Record{Subject: fmt.Sprintf("pw.changes.c.Service.ns.s%d", i), Seq: uint64(i + 1), Time: time.Unix(0, 0).UTC(), Model: form}})
+	}
+	if err := encode(&failAfter{n: 300 << 10}, entries, true, false); err == nil {
+		t.Fatal("encode into a failing writer returned no error")
 	}
 }

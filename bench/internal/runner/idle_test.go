@@ -123,3 +123,35 @@ func TestAboveIdle(t *testing.T) {
 		t.Errorf("aboveIdle of a step not run = %v, want NaN", got)
 	}
 }
+
+// The initial sync's tail runs before the background is measured: once it
+// is, recountTail ends that tail where the step's own work ended, as the
+// later steps' tails end, and recounts its CPU to there.
+func TestRecountTail(t *testing.T) {
+	t0 := time.Unix(1_780_000_000, 0)
+	var samples []cpuSample
+	cpu := time.Duration(0)
+	for i := range 60 { // every 100 ms: one core busy for 1 s, then a 0.2-core background
+		at := t0.Add(time.Duration(i) * 100 * time.Millisecond)
+		samples = append(samples, cpuSample{at, cpu})
+		if i < 10 {
+			cpu += 100 * time.Millisecond
+		} else {
+			cpu += 20 * time.Millisecond
+		}
+	}
+	if i := firstIdle(samples, 0.05, 200*time.Millisecond); i != -1 {
+		t.Fatalf("firstIdle at 0.05 cores = %d, want -1: the background is above it", i)
+	}
+	st := &StepResult{CPU: 99, Tail: 20, Window: 25, tail: &tailSamples{samples: samples, cpu0: 0, from: t0.Add(-time.Second), quietEnd: t0}}
+	if !recountTail(st, 0.25, 200*time.Millisecond) {
+		t.Fatal("recountTail found no idle point above a 0.2-core background")
+	}
+	// The first window wholly after the busy second ends at 1.2 s.
+	if !st.TailRecounted || math.Abs(st.Tail-1.2) > 1e-9 || math.Abs(st.CPU-1.04) > 1e-9 || math.Abs(st.Window-2.2) > 1e-9 {
+		t.Errorf("recounted to tail %.3f s, cpu %.3f s, window %.3f s (recounted %v); want 1.2, 1.04, 2.2", st.Tail, st.CPU, st.Window, st.TailRecounted)
+	}
+	if recountTail(&StepResult{CPU: 1}, 0.25, 200*time.Millisecond) {
+		t.Error("recountTail recounted a step without samples")
+	}
+}

@@ -39,8 +39,13 @@ type StepResult struct {
 	CPU  float64 `json:"cpu_s"`
 	Tail float64 `json:"tail_s"`
 	// Window is how long CPU was counted over, in seconds.
-	Window     float64 `json:"window_s,omitempty"`
-	LoadgenCPU float64 `json:"loadgen_cpu_s"`
+	Window float64 `json:"window_s,omitempty"`
+	// TailRecounted: the tail ran before the control plane's background
+	// was measured (the initial sync), and CPU, Tail and Window were
+	// recounted to where it came within IdleCPU of that background.
+	TailRecounted bool         `json:"tail_recounted,omitempty"`
+	tail          *tailSamples // what waiting for idle read, for the recount
+	LoadgenCPU    float64      `json:"loadgen_cpu_s"`
 	// Bytes received per proxy: whole DiscoveryResponses, and only the
 	// resources in them.
 	BytesPerProxy         float64 `json:"bytes_per_proxy"`

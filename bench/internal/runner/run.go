@@ -266,6 +266,10 @@ func (r *runner) trace(ctx context.Context, sys System, spec mesh.Spec, n, idx i
 	// background in each step.
 	if rate, ok := idleRate(ctx, inst, idleSample); ok {
 		e.idle, rr.IdleCores = rate, rate
+		// The initial sync's tail ran before the background was known.
+		if st := &rr.Steps[len(rr.Steps)-1]; recountTail(st, r.cfg.IdleCPU+rate, r.cfg.IdleWindow) {
+			r.printf("%s %-9s background %.3f cores: its tail recounted to %s, cpu %s", label, st.Name, rate, fmtSec(st.Tail), fmtSec(st.CPU))
+		}
 	}
 
 	// 1: one endpoint changes.
@@ -438,8 +442,10 @@ func (r *runner) step(ctx context.Context, e *env, name string, prev, next *xdss
 		}
 	}
 	if cpuOK {
-		tail, idle := waitIdle(ctx, e.inst, r.cfg.IdleCPU+e.idle, r.cfg.IdleWindow, r.cfg.IdleMax)
+		quietEnd := time.Now()
+		tail, idle, samples := waitIdleSamples(ctx, e.inst, r.cfg.IdleCPU+e.idle, r.cfg.IdleWindow, r.cfg.IdleMax)
 		st.Tail = tail.Seconds()
+		st.tail = &tailSamples{samples: samples, cpu0: cpu0, from: cpuFrom, quietEnd: quietEnd}
 		if !idle {
 			r.printf("%s %-9s the control plane was still busy %s after the fleet went quiet", e.label, name, fmtSec(st.Tail))
 		}
@@ -536,43 +542,102 @@ func idleRate(ctx context.Context, inst Instance, d time.Duration) (float64, boo
 	return float64(cpu1-cpu0) / float64(time.Since(start)), true
 }
 
+// tailSamples is what a step read of the control plane's CPU while it
+// waited for it to go idle, with the step's start: enough to end its tail
+// again at another threshold.
+type tailSamples struct {
+	samples        []cpuSample
+	cpu0           time.Duration // the CPU at the step's start
+	from, quietEnd time.Time     // the step's start; the end of its quiet period
+}
+
+// recountTail ends st's tail at the first of its samples where the
+// control plane used at most cores over window, and recounts its CPU and
+// window to there. It reports whether it did.
+func recountTail(st *StepResult, cores float64, window time.Duration) bool {
+	t := st.tail
+	if t == nil {
+		return false
+	}
+	i := firstIdle(t.samples, cores, window)
+	if i < 0 {
+		return false
+	}
+	s := t.samples[i]
+	st.CPU = (s.cpu - t.cpu0).Seconds()
+	st.Tail = s.at.Sub(t.quietEnd).Seconds()
+	st.Window = s.at.Sub(t.from).Seconds()
+	st.TailRecounted = true
+	return true
+}
+
+// cpuSample is the control plane's CPU time read at a moment.
+type cpuSample struct {
+	at  time.Time
+	cpu time.Duration
+}
+
 // waitIdle waits until inst used at most cores over the last window, for
 // up to most. It returns how long it waited and whether inst went idle.
 func waitIdle(ctx context.Context, inst Instance, cores float64, window, most time.Duration) (time.Duration, bool) {
+	waited, idle, _ := waitIdleSamples(ctx, inst, cores, window, most)
+	return waited, idle
+}
+
+// waitIdleSamples is waitIdle, also returning every sample it read.
+func waitIdleSamples(ctx context.Context, inst Instance, cores float64, window, most time.Duration) (time.Duration, bool, []cpuSample) {
 	start := time.Now()
-	type sample struct {
-		at  time.Time
-		cpu time.Duration
-	}
-	var samples []sample
+	var samples []cpuSample
 	tick := time.NewTicker(idlePoll)
 	defer tick.Stop()
 	for {
 		now := time.Now()
 		cpu, ok := inst.CPU()
 		if !ok {
-			return now.Sub(start), false
+			return now.Sub(start), false, samples
 		}
-		samples = append(samples, sample{now, cpu})
-		// The oldest sample at least a window old anchors the rate.
-		for len(samples) > 1 && now.Sub(samples[1].at) >= window {
-			samples = samples[1:]
-		}
-		if first := samples[0]; now.Sub(first.at) >= window {
-			rate := float64(cpu-first.cpu) / float64(now.Sub(first.at))
-			if rate <= cores {
-				return now.Sub(start), true
-			}
+		samples = append(samples, cpuSample{now, cpu})
+		if idleAt(samples[len(samples)-1:], samples, cores, window) {
+			return now.Sub(start), true, samples
 		}
 		if now.Sub(start) >= most {
-			return now.Sub(start), false
+			return now.Sub(start), false, samples
 		}
 		select {
 		case <-ctx.Done():
-			return time.Since(start), false
+			return time.Since(start), false, samples
 		case <-tick.C:
 		}
 	}
+}
+
+// idleAt reports whether, at the sample last[0], the CPU used over the
+// window before it (anchored on the newest sample of all at least a
+// window older) is at most cores.
+func idleAt(last, all []cpuSample, cores float64, window time.Duration) bool {
+	now := last[0]
+	var first *cpuSample
+	for i := range all {
+		if now.at.Sub(all[i].at) < window {
+			break
+		}
+		first = &all[i]
+	}
+	if first == nil {
+		return false
+	}
+	return float64(now.cpu-first.cpu)/float64(now.at.Sub(first.at)) <= cores
+}
+
+// firstIdle is the index of the first of samples at which the CPU used
+// over the window before it is at most cores, or -1.
+func firstIdle(samples []cpuSample, cores float64, window time.Duration) int {
+	for i := range samples {
+		if idleAt(samples[i:i+1], samples[:i+1], cores, window) {
+			return i
+		}
+	}
+	return -1
 }
 
 // reference connects one fresh proxy and waits for it to hold want.

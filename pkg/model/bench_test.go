@@ -8,20 +8,28 @@ import (
 	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
 )
 
-// benchStore holds n services with one HTTP port and k endpoints each.
-func benchStore(b *testing.B, n, k int) *Store {
-	s := NewStore()
+// benchMesh is n services with one HTTP port and k endpoints each: a
+// Service and its EndpointSlice per service.
+func benchMesh(n, k int) []rec {
+	recs := make([]rec, 0, 2*n)
 	for i := range n {
 		name := fmt.Sprintf("svc-%04d", i)
 		eps := make([]ep, k)
 		for j := range eps {
 			eps[j] = ep{addr: fmt.Sprintf("10.%d.%d.%d", i/250, i%250, j+1), zone: fmt.Sprintf("z%d", j%3)}
 		}
-		applyAll(b, s,
+		recs = append(recs,
 			add("c1", service("ns", name, fmt.Sprintf("10.96.%d.%d", i/250, i%250), svcPort{name: "http", port: 80})),
 			add("c1", slice("ns", name+"-abc", name, []slicePort{named("http", 8080)}, eps...)),
 		)
 	}
+	return recs
+}
+
+// benchStore holds benchMesh(n, k).
+func benchStore(b *testing.B, n, k int) *Store {
+	s := NewStore()
+	applyAll(b, s, benchMesh(n, k)...)
 	s.Snapshot()
 	return s
 }
@@ -185,15 +193,8 @@ func BenchmarkFirstSnapshot(b *testing.B) {
 func BenchmarkApplyDecoded(b *testing.B) {
 	const n = 5000
 	var protos []*pb.ChangeRecord
-	for i := range n {
-		name := fmt.Sprintf("svc-%04d", i)
-		eps := make([]ep, 10)
-		for j := range eps {
-			eps[j] = ep{addr: fmt.Sprintf("10.%d.%d.%d", i/250, i%250, j+1), zone: fmt.Sprintf("z%d", j%3)}
-		}
-		protos = append(protos,
-			add("c1", service("ns", name, fmt.Sprintf("10.96.%d.%d", i/250, i%250), svcPort{name: "http", port: 80})).proto(b),
-			add("c1", slice("ns", name+"-abc", name, []slicePort{named("http", 8080)}, eps...)).proto(b))
+	for _, r := range benchMesh(n, 10) {
+		protos = append(protos, r.proto(b))
 	}
 	decoded := make([]Decoded, len(protos))
 	b.ReportAllocs()

@@ -60,7 +60,7 @@ func (w *watch) view() *pb.Watch {
 	if v := w.shown; v != nil && v.Wildcard == w.wildcard && sameSlice(v.Names, w.names) &&
 		v.AckedVersion == w.ackedVersion && v.SentVersion == w.sentVersion &&
 		v.NackError == w.nackError && v.Nonce == w.nonce &&
-		w.shownSentAt.Equal(w.sentAt) && w.shownAckedAt.Equal(w.ackedAt) {
+		sameStamp(v.SentAt, w.sentAt) && sameStamp(v.AckedAt, w.ackedAt) {
 		return v
 	}
 	stamp := func(t time.Time) *timestamppb.Timestamp {
@@ -80,8 +80,16 @@ func (w *watch) view() *pb.Watch {
 		SentAt:       stamp(w.sentAt),
 		AckedAt:      stamp(w.ackedAt),
 	}
-	w.shownSentAt, w.shownAckedAt = w.sentAt, w.ackedAt
 	return w.shown
+}
+
+// sameStamp reports whether ts, as view makes it, shows t (nil for the
+// zero time).
+func sameStamp(ts *timestamppb.Timestamp, t time.Time) bool {
+	if t.IsZero() {
+		return ts == nil
+	}
+	return ts != nil && ts.Seconds == t.Unix() && ts.Nanos == int32(t.Nanosecond())
 }
 
 // sameSlice reports whether a and b are the same slice: names are

@@ -91,9 +91,8 @@ type watch struct {
 	sentAt       time.Time
 	ackedAt      time.Time
 	// shown: the watch's registry view last made (conninfo.go), shared by
-	// the infos published since, read-only; and the times it shows
-	shown                     *pb.Watch
-	shownSentAt, shownAckedAt time.Time
+	// the infos published since, read-only
+	shown *pb.Watch
 }
 
 // setNames applies the names of a request and reports whether the

@@ -7,31 +7,28 @@ import (
 	"time"
 )
 
-// busyUntil is a control plane that uses one core until a moment, then
-// nothing.
-type busyUntil struct {
+// plane is a control plane that uses one core from start until
+// busyUntil, and rate cores more all along (its background: heartbeats,
+// leases, keepalives).
+type plane struct {
 	Instance
-	start, until time.Time
-	measurable   bool
+	start, busyUntil time.Time
+	rate             float64
+	unmeasurable     bool
 }
 
-func (b *busyUntil) CPU() (time.Duration, bool) {
-	end := time.Now()
-	if end.After(b.until) {
-		end = b.until
-	}
-	if end.Before(b.start) {
-		return 0, b.measurable
-	}
-	return end.Sub(b.start), b.measurable
+func (p *plane) CPU() (time.Duration, bool) {
+	now := time.Now()
+	busy := min(now.Sub(p.start), p.busyUntil.Sub(p.start))
+	return max(busy, 0) + time.Duration(p.rate*float64(now.Sub(p.start))), !p.unmeasurable
 }
 
 func TestWaitIdle(t *testing.T) {
 	ctx := context.Background()
 	t.Run("waits out the busy time", func(t *testing.T) {
 		now := time.Now()
-		b := &busyUntil{start: now, until: now.Add(400 * time.Millisecond), measurable: true}
-		waited, idle := waitIdle(ctx, b, 0.05, 200*time.Millisecond, 10*time.Second)
+		b := &plane{start: now, busyUntil: now.Add(400 * time.Millisecond)}
+		waited, idle, _ := waitIdle(ctx, b, 0.05, 200*time.Millisecond, 10*time.Second)
 		if !idle {
 			t.Fatalf("idle = false after %s, want true", waited)
 		}
@@ -41,8 +38,8 @@ func TestWaitIdle(t *testing.T) {
 	})
 	t.Run("gives up on a busy plane", func(t *testing.T) {
 		now := time.Now()
-		b := &busyUntil{start: now, until: now.Add(time.Hour), measurable: true}
-		waited, idle := waitIdle(ctx, b, 0.05, 200*time.Millisecond, 500*time.Millisecond)
+		b := &plane{start: now, busyUntil: now.Add(time.Hour)}
+		waited, idle, _ := waitIdle(ctx, b, 0.05, 200*time.Millisecond, 500*time.Millisecond)
 		if idle {
 			t.Fatal("idle = true for a plane using a whole core")
 		}
@@ -52,35 +49,18 @@ func TestWaitIdle(t *testing.T) {
 	})
 	t.Run("an idle plane returns after one window", func(t *testing.T) {
 		now := time.Now()
-		b := &busyUntil{start: now, until: now, measurable: true}
-		waited, idle := waitIdle(ctx, b, 0.05, 200*time.Millisecond, 10*time.Second)
+		b := &plane{start: now, busyUntil: now}
+		waited, idle, _ := waitIdle(ctx, b, 0.05, 200*time.Millisecond, 10*time.Second)
 		if !idle || waited < 200*time.Millisecond {
 			t.Fatalf("waitIdle = %s, %v; want at least one 200ms window, idle", waited, idle)
 		}
 	})
 	t.Run("unmeasurable CPU does not wait", func(t *testing.T) {
-		b := &busyUntil{start: time.Now(), until: time.Now().Add(time.Hour)}
-		if waited, idle := waitIdle(ctx, b, 0.05, 200*time.Millisecond, 10*time.Second); idle || waited > time.Second {
+		b := &plane{start: time.Now(), busyUntil: time.Now().Add(time.Hour), unmeasurable: true}
+		if waited, idle, _ := waitIdle(ctx, b, 0.05, 200*time.Millisecond, 10*time.Second); idle || waited > time.Second {
 			t.Fatalf("waitIdle = %s, %v; want at once, not idle", waited, idle)
 		}
 	})
-}
-
-// background is a control plane that always uses rate cores (heartbeats,
-// leases, keepalives) and one core more until busy.
-type background struct {
-	Instance
-	start, busy time.Time
-	rate        float64
-}
-
-func (b *background) CPU() (time.Duration, bool) {
-	now := time.Now()
-	cpu := time.Duration(b.rate * float64(now.Sub(b.start)))
-	if b.busy.Before(now) {
-		now = b.busy
-	}
-	return cpu + now.Sub(b.start), true
 }
 
 // A plane whose background is above IdleCPU (seen on this 2-core VM in a
@@ -92,18 +72,17 @@ func (b *background) CPU() (time.Duration, bool) {
 func TestWaitIdleAboveBackground(t *testing.T) {
 	ctx := context.Background()
 	now := time.Now()
-	b := &background{start: now, busy: now, rate: 0.2}
-	rate, ok := idleRate(ctx, b, 300*time.Millisecond)
+	rate, ok := idleRate(ctx, &plane{start: now, busyUntil: now, rate: 0.2}, 300*time.Millisecond)
 	if !ok || rate < 0.15 || rate > 0.25 {
 		t.Fatalf("idleRate = %.3f, %v; want about 0.2 cores", rate, ok)
 	}
-	b.busy = time.Now().Add(400 * time.Millisecond)
-	waited, idle := waitIdle(ctx, b, 0.05+rate, 200*time.Millisecond, 5*time.Second)
+	now = time.Now()
+	waited, idle, _ := waitIdle(ctx, &plane{start: now, busyUntil: now.Add(400 * time.Millisecond), rate: 0.2}, 0.05+rate, 200*time.Millisecond, 5*time.Second)
 	if !idle || waited < 400*time.Millisecond || waited > 3*time.Second {
 		t.Fatalf("waitIdle above the measured background = %s, %v; want idle once the 400ms of work is done", waited, idle)
 	}
-	b.busy = time.Now()
-	if waited, idle := waitIdle(ctx, b, 0.05, 200*time.Millisecond, time.Second); idle {
+	now = time.Now()
+	if waited, idle, _ := waitIdle(ctx, &plane{start: now, busyUntil: now, rate: 0.2}, 0.05, 200*time.Millisecond, time.Second); idle {
 		t.Fatalf("waitIdle at the absolute threshold = %s, %v; want it to give up on a 0.2-core background", waited, idle)
 	}
 }

@@ -213,7 +213,6 @@ func (c *ConfigResult) summarize(system string, f func(*RoundResult) float64) st
 	return stats.Summarize(vs)
 }
 
-// stepValue returns a function reading one value of one step.
 // aboveIdle is a step's CPU less what the control plane's background
 // (RoundResult.IdleCores) used over the step's window: what the step
 // itself cost. NaN when the background was not measured.
@@ -227,6 +226,7 @@ func aboveIdle(step string) func(*RoundResult) float64 {
 	}
 }
 
+// stepValue returns a function reading one value of one step.
 func stepValue(step string, f func(*StepResult) float64) func(*RoundResult) float64 {
 	return func(r *RoundResult) float64 {
 		s := r.Step(step)

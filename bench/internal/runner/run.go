@@ -443,7 +443,7 @@ func (r *runner) step(ctx context.Context, e *env, name string, prev, next *xdss
 	}
 	if cpuOK {
 		quietEnd := time.Now()
-		tail, idle, samples := waitIdleSamples(ctx, e.inst, r.cfg.IdleCPU+e.idle, r.cfg.IdleWindow, r.cfg.IdleMax)
+		tail, idle, samples := waitIdle(ctx, e.inst, r.cfg.IdleCPU+e.idle, r.cfg.IdleWindow, r.cfg.IdleMax)
 		st.Tail = tail.Seconds()
 		st.tail = &tailSamples{samples: samples, cpu0: cpu0, from: cpuFrom, quietEnd: quietEnd}
 		if !idle {
@@ -578,14 +578,9 @@ type cpuSample struct {
 }
 
 // waitIdle waits until inst used at most cores over the last window, for
-// up to most. It returns how long it waited and whether inst went idle.
-func waitIdle(ctx context.Context, inst Instance, cores float64, window, most time.Duration) (time.Duration, bool) {
-	waited, idle, _ := waitIdleSamples(ctx, inst, cores, window, most)
-	return waited, idle
-}
-
-// waitIdleSamples is waitIdle, also returning every sample it read.
-func waitIdleSamples(ctx context.Context, inst Instance, cores float64, window, most time.Duration) (time.Duration, bool, []cpuSample) {
+// up to most. It returns how long it waited, whether inst went idle, and
+// every sample it read.
+func waitIdle(ctx context.Context, inst Instance, cores float64, window, most time.Duration) (time.Duration, bool, []cpuSample) {
 	start := time.Now()
 	var samples []cpuSample
 	tick := time.NewTicker(idlePoll)
@@ -597,7 +592,7 @@ func waitIdleSamples(ctx context.Context, inst Instance, cores float64, window, 
 			return now.Sub(start), false, samples
 		}
 		samples = append(samples, cpuSample{now, cpu})
-		if idleAt(samples[len(samples)-1:], samples, cores, window) {
+		if idleAt(samples, len(samples)-1, cores, window) {
 			return now.Sub(start), true, samples
 		}
 		if now.Sub(start) >= most {
@@ -611,29 +606,28 @@ func waitIdleSamples(ctx context.Context, inst Instance, cores float64, window, 
 	}
 }
 
-// idleAt reports whether, at the sample last[0], the CPU used over the
-// window before it (anchored on the newest sample of all at least a
-// window older) is at most cores.
-func idleAt(last, all []cpuSample, cores float64, window time.Duration) bool {
-	now := last[0]
-	var first *cpuSample
-	for i := range all {
-		if now.at.Sub(all[i].at) < window {
+// idleAt reports whether, at samples[i], the CPU used over the window
+// before it (anchored on the newest sample at least a window older) is at
+// most cores.
+func idleAt(samples []cpuSample, i int, cores float64, window time.Duration) bool {
+	now, first := samples[i], -1
+	for j := i - 1; j >= 0; j-- {
+		if now.at.Sub(samples[j].at) >= window {
+			first = j
 			break
 		}
-		first = &all[i]
 	}
-	if first == nil {
+	if first < 0 {
 		return false
 	}
-	return float64(now.cpu-first.cpu)/float64(now.at.Sub(first.at)) <= cores
+	return float64(now.cpu-samples[first].cpu)/float64(now.at.Sub(samples[first].at)) <= cores
 }
 
 // firstIdle is the index of the first of samples at which the CPU used
 // over the window before it is at most cores, or -1.
 func firstIdle(samples []cpuSample, cores float64, window time.Duration) int {
 	for i := range samples {
-		if idleAt(samples[i:i+1], samples[:i+1], cores, window) {
+		if idleAt(samples, i, cores, window) {
 			return i
 		}
 	}

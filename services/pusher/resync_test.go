@@ -78,3 +78,32 @@ func TestFailedPushBacksOff(t *testing.T) {
 		t.Errorf("resyncs = %v, want at least 3", got)
 	}
 }
+
+// TestQueuedConnectionsLostPushResyncsAfterTheInterval: a connection
+// waiting in its frontend's queue behind the throttle is not "behind with
+// nothing scheduled": its push is queued. The sweep took it for one and
+// gave it the behind grace's doubled backoff (30 s by default), so when
+// that first push was lost its resync waited the doubled grace, not
+// ResyncInterval. Here the grace is an hour: before the fix c2's resync
+// was an hour away and the test timed out.
+func TestQueuedConnectionsLostPushResyncsAfterTheInterval(t *testing.T) {
+	h := startPusher(t, Config{
+		Throttle: 1, PushTimeout: 1500 * time.Millisecond, FrontendTimeout: 10 * time.Minute,
+		ResyncInterval: 100 * time.Millisecond, ResyncMax: time.Hour, BehindGrace: time.Hour,
+	})
+	fe := newFrontend(t, h.url, "fe-1")
+	fe.setSilent(true) // every done is lost
+	fe.register("c1", 0)
+	fe.register("c2", 0)
+	testutil.Eventually(t, "connections known", func() bool { return h.metric("pilotwire_pusher_connections") == 2 })
+	h.push(t, &pb.PushRequest{Full: true, ThroughSeq: 1})
+	testutil.Eventually(t, "one connection ordered", func() bool { return len(fe.ordersFor("c1"))+len(fe.ordersFor("c2")) == 1 })
+	second := "c2"
+	if len(fe.ordersFor("c2")) == 1 {
+		second = "c1"
+	}
+	// The first order is in flight for a push timeout, longer than a
+	// sweep, so a sweep finds the second connection queued. Its own
+	// order is then lost too, and it is resynced after the interval.
+	testutil.Eventually(t, second+" resynced after its lost push", func() bool { return len(fe.ordersFor(second)) >= 2 })
+}

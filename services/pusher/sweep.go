@@ -306,7 +306,7 @@ func (p *Pusher) expireOrders(now time.Time) {
 }
 
 // resync queues a catch-up for every connection behind the latest request
-// with no order in flight whose resync is due. A connection found behind
+// with nothing in flight or queued to bring it there whose resync is due. A connection found behind
 // with none scheduled (say, its request was scoped out and an older one it
 // needs has not arrived) gets one after BehindGrace, longer than a debounce
 // window, so an overtaken request is waited for. Level-triggered and
@@ -324,8 +324,12 @@ func (p *Pusher) resync(now time.Time) {
 			continue
 		}
 		behind++
-		if c.pushID != 0 {
-			continue // its done (or timeout) decides
+		if c.pushID != 0 || c.queued >= p.latest {
+			// An order in flight, or a push queued behind the throttle
+			// that brings it to the latest: its done (or timeout)
+			// decides, and a loss then waits ResyncInterval, not the
+			// behind grace's backoff.
+			continue
 		}
 		if c.resyncAt.IsZero() {
 			wait := max(p.cfg.BehindGrace, c.backoff)

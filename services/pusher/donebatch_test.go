@@ -40,7 +40,7 @@ func TestBatchedDonesDeliverLatestOnce(t *testing.T) {
 
 	reached := fe.expect(n)
 	h.push(t, &pb.PushRequest{Full: true, ThroughSeq: 1})
-	<-reached
+	testutil.Receive(t, reached, "the fan-out's orders")
 	h.push(t, &pb.PushRequest{Full: true, ThroughSeq: 2})
 	h.push(t, &pb.PushRequest{Full: true, ThroughSeq: 3})
 	testutil.Eventually(t, "requests consumed", func() bool { return h.metric("pilotwire_pusher_push_requests_total") == 3 })
@@ -50,7 +50,7 @@ func TestBatchedDonesDeliverLatestOnce(t *testing.T) {
 	fe.mu.Unlock()
 	reached = fe.expect(2 * n)
 	fe.sendBatch(doneBatchSubject(names, "p1"), held)
-	<-reached
+	testutil.Receive(t, reached, "the follow-up orders")
 	testutil.Eventually(t, "nothing in flight", func() bool { return h.metric("pilotwire_pusher_in_flight") == 0 })
 	short := time.NewTimer(testutil.ShortTimeout)
 	defer short.Stop()
@@ -117,7 +117,7 @@ func TestLegacyFrontendSingleDones(t *testing.T) {
 	for seq := uint64(1); seq <= 2; seq++ {
 		reached := fe.expect(int(seq) * n)
 		h.push(t, &pb.PushRequest{Full: true, ThroughSeq: seq})
-		<-reached
+		testutil.Receive(t, reached, fmt.Sprintf("the orders through %d", seq))
 	}
 	testutil.Eventually(t, "nothing in flight", func() bool { return h.metric("pilotwire_pusher_in_flight") == 0 })
 	for _, c := range conns {

@@ -40,7 +40,7 @@ func TestDrainKeepsTheLease(t *testing.T) {
 		case <-sample.C:
 		}
 		if a.metric("pilotwire_pusher_leader") == 1 && b.metric("pilotwire_pusher_leader") == 1 {
-			<-stopped
+			testutil.Receive(t, stopped, "a's stop")
 			t.Fatal("b active while a still drains")
 		}
 	}

@@ -255,7 +255,7 @@ func runPusherOn(t testing.TB, url string, pnc *nats.Conn, cfg Config, hooks *na
 	h.stop = func() {
 		once.Do(func() {
 			cancel()
-			if err := <-done; err != nil {
+			if err, ok := testutil.Stopped(t, done, "the pusher's Run"); ok && err != nil {
 				t.Errorf("Run() = %v", err)
 			}
 		})
@@ -430,7 +430,7 @@ func BenchmarkFanOut(b *testing.B) {
 			for i := range b.N {
 				reached := fe.expect((i + 1) * conns)
 				h.push(b, &pb.PushRequest{Full: true, ThroughSeq: uint64(i + 1)})
-				<-reached
+				testutil.Receive(b, reached, "every connection ordered")
 			}
 			b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N*conns), "µs/conn")
 		})

@@ -146,9 +146,9 @@ func TestAllFrontendsSilentIsTheRegistry(t *testing.T) {
 	// both are still known.
 	deadline := time.Now().Add(2500 * time.Millisecond)
 	for time.Now().Before(deadline) {
-		<-sweeps
+		testutil.Receive(t, sweeps, "a sweep")
 	}
-	<-sweeps
+	testutil.Receive(t, sweeps, "a sweep")
 	if got := p.metric("pilotwire_pusher_connections"); got != 2 {
 		t.Fatalf("connections = %v with every frontend silent at once, want both kept", got)
 	}
@@ -175,15 +175,15 @@ func TestAllFrontendsSilentIsTheRegistry(t *testing.T) {
 func TestFrontendsSilentOutOfPhaseIsTheRegistry(t *testing.T) {
 	p, a, b, sweeps := frontendPair(t, 2500*time.Millisecond)
 	// Last heartbeats one sweep apart (sweeps are 1 s apart), then silence.
-	<-sweeps
+	testutil.Receive(t, sweeps, "a sweep")
 	a.heartbeat()
-	<-sweeps
+	testutil.Receive(t, sweeps, "a sweep")
 	b.heartbeat()
 	// Three sweeps after fe-a's heartbeat it is past the timeout (about
 	// 3 s > 2.5 s) and fe-b is not (about 2 s), but both have missed a
 	// heartbeat (quiet for more than half the timeout).
 	for range 2 {
-		<-sweeps
+		testutil.Receive(t, sweeps, "a sweep")
 	}
 	if got := p.metric("pilotwire_pusher_connections"); got != 2 {
 		t.Fatalf("connections = %v with both frontends silent out of phase, want both kept", got)
@@ -294,7 +294,7 @@ func sweepWaiter(t *testing.T, sweeps chan struct{}) func(n int) {
 	return func(n int) {
 		t.Helper()
 		for range len(sweeps) {
-			<-sweeps
+			testutil.Receive(t, sweeps, "a sweep")
 		}
 		timeout := time.NewTimer(testutil.DefaultTimeout)
 		defer timeout.Stop()

@@ -3,6 +3,7 @@
 package testutil
 
 import (
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -45,6 +46,42 @@ func EventuallyWithin(t testing.TB, bound time.Duration, what string, cond func(
 		case <-tick.C:
 		}
 	}
+}
+
+// Receive waits for a value on ch and returns it, and fails the test if
+// none comes within DefaultTimeout: a wait that would otherwise block
+// until the package's timeout, with nothing said of which test hung.
+func Receive[T any](t testing.TB, ch <-chan T, what string) T {
+	t.Helper()
+	deadline := time.NewTimer(DefaultTimeout)
+	defer deadline.Stop()
+	select {
+	case v := <-ch:
+		return v
+	case <-deadline.C:
+	}
+	t.Fatalf("timed out after %s waiting for %s", DefaultTimeout, what)
+	var zero T
+	return zero
+}
+
+// Stopped waits for done to close or deliver (a service's Run returning
+// after its context ended). If it does not within DefaultTimeout, the test
+// fails with every goroutine's stack in its log, so a shutdown that hangs
+// names itself instead of running into the package's timeout.
+func Stopped[T any](t testing.TB, done <-chan T, what string) (v T, ok bool) {
+	t.Helper()
+	deadline := time.NewTimer(DefaultTimeout)
+	defer deadline.Stop()
+	select {
+	case v = <-done:
+		return v, true
+	case <-deadline.C:
+	}
+	buf := make([]byte, 8<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	t.Errorf("%s did not return within %s after it was told to stop; goroutines:\n%s", what, DefaultTimeout, buf)
+	return v, false
 }
 
 // Metric sums the values of every counter, gauge or untyped series named

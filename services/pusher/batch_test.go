@@ -2,6 +2,8 @@ package pusher
 
 import (
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -107,5 +109,43 @@ func TestOversizedOrderBecomesFull(t *testing.T) {
 	}
 	if got := h.metric("pilotwire_pusher_oversized_orders_total"); got != 1 {
 		t.Errorf("oversized orders = %v, want 1", got)
+	}
+}
+
+// TestInFlightGaugeCountsOrdersBeforeTheyAreSent: the in-flight gauge was
+// set only after a dispatch round's batches were published, so a
+// frontend (or a test) that had already been handed an order and had
+// answered it could read a gauge that never counted it: TestLegacyFrontendSingleDones
+// saw nothing in flight with 25 of its 100 dones still to come. The
+// gauge now counts a batch's orders before the batch is published.
+func TestInFlightGaugeCountsOrdersBeforeTheyAreSent(t *testing.T) {
+	const conns = 5
+	var h atomic.Pointer[harness]
+	var mu sync.Mutex
+	var gauge float64 // the gauge, and the orders of the first batch, as it was about to go
+	var orders int
+	cfg := Config{Throttle: 100, PushTimeout: time.Minute, FrontendTimeout: time.Minute, beforeSend: func(b *pb.PushOrderBatch) {
+		if hh := h.Load(); hh != nil {
+			mu.Lock()
+			defer mu.Unlock()
+			if orders == 0 {
+				gauge, orders = hh.metric("pilotwire_pusher_in_flight"), len(b.GetOrders())
+			}
+		}
+	}}
+	hh := startPusher(t, cfg)
+	fe := newFrontend(t, hh.url, "fe-1")
+	fe.setSilent(true)
+	registerN(t, hh, fe, conns)
+	h.Store(hh)
+	reached := fe.expect(conns)
+	hh.push(t, &pb.PushRequest{Full: true, ThroughSeq: 1})
+	testutil.Receive(t, reached, "every connection ordered")
+	// The hook ran before the first batch was published, and the orders
+	// were received after that.
+	mu.Lock()
+	defer mu.Unlock()
+	if gauge < float64(orders) || orders == 0 {
+		t.Errorf("in-flight gauge just before the first batch was published = %v, want at least its %d orders", gauge, orders)
 	}
 }

@@ -487,8 +487,10 @@ func (p *Pusher) dispatch(ctx context.Context, q *pushqueue.Queue[*request]) {
 	}
 }
 
-// send publishes one batch of orders to a frontend.
+// send publishes one batch of orders to a frontend. The queue gauges are
+// set first: whoever has been handed an order sees a gauge that counts it.
 func (p *Pusher) send(subject string, batch *pb.PushOrderBatch) {
+	p.updateQueueMetrics()
 	b, err := proto.Marshal(batch)
 	if p.cfg.beforeSend != nil {
 		p.cfg.beforeSend(batch)

@@ -109,7 +109,11 @@ func runFrontend(t testing.TB, url, id string, tune func(*Config)) *frontend {
 	t.Cleanup(func() {
 		cancel()
 		for range 2 {
-			if err := <-errc; err != nil {
+			err, ok := testutil.Stopped(t, errc, "the frontend's Run or its HTTP server")
+			if !ok {
+				break
+			}
+			if err != nil {
 				t.Errorf("Run() = %v", err)
 			}
 		}

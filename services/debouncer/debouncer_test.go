@@ -84,7 +84,8 @@ func startOn(t *testing.T, nc *nats.Conn, js jetstream.JetStream, url, id string
 	}()
 	in.stop = sync.OnceValue(func() error {
 		cancel()
-		return <-in.done
+		err, _ := testutil.Stopped(t, in.done, "debouncer "+id+"'s Run")
+		return err
 	})
 	t.Cleanup(func() {
 		if err := in.stop(); err != nil {

@@ -25,11 +25,12 @@ type frontendQueues struct {
 
 	// guarded by mu; taken after Pusher.mu and before any Queue's lock
 	// (the lock order is written down at Pusher.mu)
-	mu    sync.Mutex
-	byFE  map[string]*pushqueue.Queue[*request]
-	cores map[string]int     // each frontend's cores, from its heartbeat
-	rates map[string]float64 // each frontend's measured push rate, from its heartbeat
-	wg    sync.WaitGroup     // dispatchers
+	mu     sync.Mutex
+	byFE   map[string]*pushqueue.Queue[*request]
+	cores  map[string]int     // each frontend's cores, from its heartbeat
+	rates  map[string]float64 // each frontend's measured push rate, from its heartbeat
+	closed bool               // shut down: no queue is made any more
+	wg     sync.WaitGroup     // dispatchers
 }
 
 func newFrontendQueues(ctx context.Context, throttle int, window time.Duration, run func(context.Context, *pushqueue.Queue[*request])) *frontendQueues {
@@ -70,11 +71,16 @@ func (fq *frontendQueues) setCapacity(fe string, info *pb.FrontendInfo) {
 	}
 }
 
-// get returns the frontend's queue, creating it and its dispatcher.
+// get returns the frontend's queue, creating it and its dispatcher; nil
+// once shut down, for a frontend that had none (the term is ending, and
+// the next holder rebuilds the queues).
 func (fq *frontendQueues) get(fe string) *pushqueue.Queue[*request] {
 	fq.mu.Lock()
 	defer fq.mu.Unlock()
 	q, ok := fq.byFE[fe]
+	if !ok && fq.closed {
+		return nil
+	}
 	if !ok {
 		q = pushqueue.New(pushqueue.Config{MaxInFlight: fq.throttleLocked(fe)}, (*request).Merge)
 		fq.byFE[fe] = q
@@ -112,6 +118,7 @@ func (fq *frontendQueues) drop(fe string) {
 // every dispatcher has drained its queue.
 func (fq *frontendQueues) shutDown() <-chan struct{} {
 	fq.mu.Lock()
+	fq.closed = true
 	for _, q := range fq.byFE {
 		q.ShutDown()
 	}

@@ -426,7 +426,9 @@ func (p *Pusher) enqueueLocked(conn string, r *request) {
 		// at least this late comes.
 		c.scopeChange = max(c.scopeChange, r.through)
 	}
-	p.queues.get(c.info.GetFrontend()).Enqueue(conn, r)
+	if q := p.queues.get(c.info.GetFrontend()); q != nil {
+		q.Enqueue(conn, r)
+	}
 }
 
 // markDone ends a connection's processing in its frontend's queue.

@@ -305,11 +305,12 @@ func (p *Pusher) expireOrders(now time.Time) {
 	}
 }
 
-// resync queues a catch-up for every connection behind the latest request
-// with nothing in flight or queued to bring it there whose resync is due. A connection found behind
-// with none scheduled (say, its request was scoped out and an older one it
-// needs has not arrived) gets one after BehindGrace, longer than a debounce
-// window, so an overtaken request is waited for. Level-triggered and
+// resync queues a catch-up for every connection behind the latest request,
+// with nothing in flight or queued to bring it there, whose resync is due.
+// A connection found behind with none scheduled (say, its request was
+// scoped out and an older one it needs has not arrived) gets one after
+// BehindGrace, longer than a debounce window, so an overtaken request is
+// waited for. Level-triggered and
 // forever: nothing stays behind for good (issue 12 row 9).
 func (p *Pusher) resync(now time.Time) {
 	p.mu.Lock()

@@ -52,18 +52,17 @@ func (p *DropProxy) Drop(on bool) { p.mu.Lock(); p.dropping = on; p.mu.Unlock() 
 
 func (p *DropProxy) isDropping() bool { p.mu.Lock(); defer p.mu.Unlock(); return p.dropping }
 
-// Cut closes every open connection and stops dropping.
+// Cut closes every open connection, then stops dropping. Both happen under
+// the lock: bytes the upstream sent before the cut (a delivery the server
+// counted, still in its write buffer) are never forwarded, and a
+// connection made after the cut starts forwarding at once.
 func (p *DropProxy) Cut() {
 	p.mu.Lock()
-	p.dropping = false
-	open := make([]net.Conn, 0, len(p.conns))
+	defer p.mu.Unlock()
 	for c := range p.conns {
-		open = append(open, c)
-	}
-	p.mu.Unlock()
-	for _, c := range open {
 		c.Close()
 	}
+	p.dropping = false
 }
 
 func (p *DropProxy) serve(down net.Conn) {

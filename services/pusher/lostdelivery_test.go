@@ -56,7 +56,21 @@ func TestRequestLostInTransitIsHandled(t *testing.T) {
 
 	// The lost one comes again only after the 5 s ack wait.
 	testutil.EventuallyWithin(t, 2*time.Second, "all 3 push requests handled", func() bool { return h.metric("pilotwire_pusher_push_requests_total") >= 3 })
-	if got := h.metric("pilotwire_pusher_push_requests_lost_total"); got != 1 {
-		t.Errorf("pilotwire_pusher_push_requests_lost_total = %v, want 1", got)
+	// The pusher read it from the stream when request 3 showed the gap.
+	// In about 1 run of 200 the server delivers it again at once after
+	// the reconnect (4 deliveries for 3 requests): then it was never lost
+	// to the pusher, and nothing counts it.
+	lost := h.metric("pilotwire_pusher_push_requests_lost_total")
+	ci, err := cons.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	redelivered := ci.Delivered.Consumer > ci.Delivered.Stream
+	switch {
+	case lost == 1:
+	case lost == 0 && redelivered:
+		t.Logf("request 2 delivered again at once after the reconnect (%d deliveries of %d requests): not read from the stream", ci.Delivered.Consumer, ci.Delivered.Stream)
+	default:
+		t.Errorf("pilotwire_pusher_push_requests_lost_total = %v with %d deliveries of %d requests, want 1 (or 0 when the server delivered it again at once)", lost, ci.Delivered.Consumer, ci.Delivered.Stream)
 	}
 }

@@ -33,18 +33,7 @@ func TestBehindConnectionResyncedAfterLostDones(t *testing.T) {
 // connection's synced_seq); that frees the throttle slot at once, not after
 // the push timeout.
 func TestLostDoneFreesThrottleSlot(t *testing.T) {
-	h := startPusher(t, Config{Throttle: 1, PushTimeout: 10 * time.Minute, FrontendTimeout: 10 * time.Minute})
-	fe := newFrontend(t, h.url, "fe-1")
-	fe.setSilent(true) // every done is lost
-	fe.register("c1", 0)
-	fe.register("c2", 0)
-	testutil.Eventually(t, "connections known", func() bool { return h.metric("pilotwire_pusher_connections") == 2 })
-	h.push(t, &pb.PushRequest{Full: true, ThroughSeq: 5})
-	testutil.Eventually(t, "one connection ordered", func() bool { return len(fe.ordersFor("c1"))+len(fe.ordersFor("c2")) == 1 })
-	first, second := "c1", "c2"
-	if len(fe.ordersFor("c2")) == 1 {
-		first, second = "c2", "c1"
-	}
+	_, fe, first, second := oneOfTwoOrdered(t, Config{Throttle: 1, PushTimeout: 10 * time.Minute, FrontendTimeout: 10 * time.Minute}, 5)
 	// The frontend pushed it and wrote the connection's entry; the done
 	// never came.
 	fe.register(first, 5)
@@ -87,23 +76,32 @@ func TestFailedPushBacksOff(t *testing.T) {
 // ResyncInterval. Here the grace is an hour: before the fix c2's resync
 // was an hour away and the test timed out.
 func TestQueuedConnectionsLostPushResyncsAfterTheInterval(t *testing.T) {
-	h := startPusher(t, Config{
+	_, fe, _, second := oneOfTwoOrdered(t, Config{
 		Throttle: 1, PushTimeout: 1500 * time.Millisecond, FrontendTimeout: 10 * time.Minute,
 		ResyncInterval: 100 * time.Millisecond, ResyncMax: time.Hour, BehindGrace: time.Hour,
-	})
-	fe := newFrontend(t, h.url, "fe-1")
-	fe.setSilent(true) // every done is lost
-	fe.register("c1", 0)
-	fe.register("c2", 0)
-	testutil.Eventually(t, "connections known", func() bool { return h.metric("pilotwire_pusher_connections") == 2 })
-	h.push(t, &pb.PushRequest{Full: true, ThroughSeq: 1})
-	testutil.Eventually(t, "one connection ordered", func() bool { return len(fe.ordersFor("c1"))+len(fe.ordersFor("c2")) == 1 })
-	second := "c2"
-	if len(fe.ordersFor("c2")) == 1 {
-		second = "c1"
-	}
+	}, 1)
 	// The first order is in flight for a push timeout, longer than a
 	// sweep, so a sweep finds the second connection queued. Its own
 	// order is then lost too, and it is resynced after the interval.
 	testutil.Eventually(t, second+" resynced after its lost push", func() bool { return len(fe.ordersFor(second)) >= 2 })
+}
+
+// oneOfTwoOrdered runs a pusher with cfg (a throttle of 1) and a frontend
+// that answers nothing, with connections c1 and c2; it pushes a full
+// request through seq and returns once one connection is ordered: first,
+// with second still queued behind the throttle.
+func oneOfTwoOrdered(t *testing.T, cfg Config, seq uint64) (h *harness, fe *fakeFrontend, first, second string) {
+	t.Helper()
+	h = startPusher(t, cfg)
+	fe = newFrontend(t, h.url, "fe-1")
+	fe.setSilent(true) // every done is lost
+	fe.register("c1", 0)
+	fe.register("c2", 0)
+	testutil.Eventually(t, "connections known", func() bool { return h.metric("pilotwire_pusher_connections") == 2 })
+	h.push(t, &pb.PushRequest{Full: true, ThroughSeq: seq})
+	testutil.Eventually(t, "one connection ordered", func() bool { return len(fe.ordersFor("c1"))+len(fe.ordersFor("c2")) == 1 })
+	if len(fe.ordersFor("c2")) == 1 {
+		return h, fe, "c2", "c1"
+	}
+	return h, fe, "c1", "c2"
 }

@@ -53,16 +53,23 @@ func EventuallyWithin(t testing.TB, bound time.Duration, what string, cond func(
 // until the package's timeout, with nothing said of which test hung.
 func Receive[T any](t testing.TB, ch <-chan T, what string) T {
 	t.Helper()
-	deadline := time.NewTimer(DefaultTimeout)
+	v, ok := within(ch, DefaultTimeout)
+	if !ok {
+		t.Fatalf("timed out after %s waiting for %s", DefaultTimeout, what)
+	}
+	return v
+}
+
+// within receives from ch, giving up after d (ok false).
+func within[T any](ch <-chan T, d time.Duration) (v T, ok bool) {
+	deadline := time.NewTimer(d)
 	defer deadline.Stop()
 	select {
-	case v := <-ch:
-		return v
+	case v = <-ch:
+		return v, true
 	case <-deadline.C:
+		return v, false
 	}
-	t.Fatalf("timed out after %s waiting for %s", DefaultTimeout, what)
-	var zero T
-	return zero
 }
 
 // Stopped waits for done to close or deliver (a service's Run returning
@@ -71,12 +78,8 @@ func Receive[T any](t testing.TB, ch <-chan T, what string) T {
 // names itself instead of running into the package's timeout.
 func Stopped[T any](t testing.TB, done <-chan T, what string) (v T, ok bool) {
 	t.Helper()
-	deadline := time.NewTimer(DefaultTimeout)
-	defer deadline.Stop()
-	select {
-	case v = <-done:
+	if v, ok = within(done, DefaultTimeout); ok {
 		return v, true
-	case <-deadline.C:
 	}
 	buf := make([]byte, 8<<20)
 	buf = buf[:runtime.Stack(buf, true)]

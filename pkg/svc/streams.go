@@ -14,7 +14,8 @@ import (
 
 // Streams opens the streams and buckets a service needs at start. A
 // stream that is missing, or a cluster still electing its leaders, is
-// waited for with backoff: each failed try is logged and counted
+// waited for with backoff, each try bounded (streamTryTimeout): each
+// failed try is logged and counted
 // (pilotwire_stream_ensure_retries_total{name}), and the service's
 // readiness says what it waits for. It never gives up before ctx ends.
 //
@@ -35,10 +36,16 @@ type Streams struct {
 	drift   *prometheus.GaugeVec
 }
 
-// Backoff of the waits for a stream or bucket.
+// Backoff of the waits for a stream or bucket, and the bound of each try.
+// A try is bounded by the service, not by nats.go's 5 s default: when
+// services start together, the server can leave one of two concurrent
+// creations of a stream unanswered (nats.go#949), and the try after it
+// finds the stream the other created. 2 s is several times what creating
+// a replicated stream takes on a loaded cluster.
 const (
 	streamRetryFirst = 250 * time.Millisecond
 	streamRetryMax   = 5 * time.Second
+	streamTryTimeout = 2 * time.Second
 )
 
 // NewStreams returns the Streams of a service; its metrics go on d.Reg
@@ -68,7 +75,7 @@ func NewStreams(d Deps) *Streams {
 // Stream opens the stream cfg declares, creating it when missing.
 func (s *Streams) Stream(ctx context.Context, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
 	var st jetstream.Stream
-	err := s.retry(ctx, cfg.Name, func() error {
+	err := s.retry(ctx, cfg.Name, func(ctx context.Context) error {
 		var err error
 		st, err = bus.EnsureStream(ctx, s.js, cfg)
 		return err
@@ -84,7 +91,7 @@ func (s *Streams) Stream(ctx context.Context, cfg jetstream.StreamConfig) (jetst
 func (s *Streams) KV(ctx context.Context, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
 	var kv jetstream.KeyValue
 	var have jetstream.KeyValueConfig
-	err := s.retry(ctx, cfg.Bucket, func() error {
+	err := s.retry(ctx, cfg.Bucket, func(ctx context.Context) error {
 		var err error
 		kv, err = bus.EnsureKV(ctx, s.js, cfg)
 		if err != nil {
@@ -105,7 +112,7 @@ func (s *Streams) KV(ctx context.Context, cfg jetstream.KeyValueConfig) (jetstre
 func (s *Streams) ObjectStore(ctx context.Context, cfg jetstream.ObjectStoreConfig) (jetstream.ObjectStore, error) {
 	var obj jetstream.ObjectStore
 	var have jetstream.ObjectStoreConfig
-	err := s.retry(ctx, cfg.Bucket, func() error {
+	err := s.retry(ctx, cfg.Bucket, func(ctx context.Context) error {
 		var err error
 		obj, err = bus.EnsureObjectStore(ctx, s.js, cfg)
 		if err != nil {
@@ -129,8 +136,8 @@ func (s *Streams) report(name string, drift []bus.Drift) {
 	}
 }
 
-func (s *Streams) retry(ctx context.Context, name string, attempt func() error) error {
-	return Retry(ctx, RetryOptions{
+func (s *Streams) retry(ctx context.Context, name string, attempt func(context.Context) error) error {
+	return RetryTimed(ctx, RetryOptions{
 		First: streamRetryFirst, Max: streamRetryMax,
 		Log: s.log, Msg: "stream or bucket not available yet (missing, or the NATS cluster electing its leaders), retrying",
 		Attrs: []any{"name", name}, Failures: s.retries.WithLabelValues(name),
@@ -139,7 +146,7 @@ func (s *Streams) retry(ctx context.Context, name string, attempt func() error) 
 				s.OnWait(name, err)
 			}
 		},
-	}, attempt)
+	}, streamTryTimeout, attempt)
 }
 
 // registerOnce registers c on reg, or returns the collector of the same

@@ -21,6 +21,15 @@ type Hooks struct {
 	// call's, and nothing is opened (a stream without a leader, a
 	// timeout).
 	Fail func(method, name string) error
+	// Unanswered, when set, runs after Fail with the call's context; when
+	// it returns true the request is lost on its way, as one the server
+	// never answers (nats.go#949: one of two concurrent creations of a
+	// stream can go unanswered): nothing is opened or created, and the
+	// call returns what nats.go returns then, the context's error once ctx
+	// ends, or context.DeadlineExceeded after the context's
+	// DefaultTimeout when ctx has no deadline, as nats.go bounds such a
+	// call itself.
+	Unanswered func(ctx context.Context, method, name string) bool
 }
 
 // Wrap returns a JetStream context that behaves as js except that every
@@ -44,11 +53,22 @@ type wrappedJS struct {
 
 var _ jetstream.JetStream = (*wrappedJS)(nil)
 
-func (w *wrappedJS) fail(method, name string) error {
-	if w.h.Fail == nil {
+func (w *wrappedJS) fail(ctx context.Context, method, name string) error {
+	if w.h.Fail != nil {
+		if err := w.h.Fail(method, name); err != nil {
+			return err
+		}
+	}
+	if w.h.Unanswered == nil || !w.h.Unanswered(ctx, method, name) {
 		return nil
 	}
-	return w.h.Fail(method, name)
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, w.js.Options().DefaultTimeout)
+		defer cancel()
+	}
+	<-ctx.Done()
+	return ctx.Err()
 }
 
 func (w *wrappedJS) kv(kv jetstream.KeyValue, err error) (jetstream.KeyValue, error) {
@@ -75,28 +95,28 @@ func (w *wrappedJS) obj(o jetstream.ObjectStore, err error) (jetstream.ObjectSto
 // Opening a key-value bucket.
 
 func (w *wrappedJS) KeyValue(ctx context.Context, bucket string) (jetstream.KeyValue, error) {
-	if err := w.fail("KeyValue", bucket); err != nil {
+	if err := w.fail(ctx, "KeyValue", bucket); err != nil {
 		return nil, err
 	}
 	return w.kv(w.js.KeyValue(ctx, bucket))
 }
 
 func (w *wrappedJS) CreateKeyValue(ctx context.Context, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
-	if err := w.fail("CreateKeyValue", cfg.Bucket); err != nil {
+	if err := w.fail(ctx, "CreateKeyValue", cfg.Bucket); err != nil {
 		return nil, err
 	}
 	return w.kv(w.js.CreateKeyValue(ctx, cfg))
 }
 
 func (w *wrappedJS) UpdateKeyValue(ctx context.Context, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
-	if err := w.fail("UpdateKeyValue", cfg.Bucket); err != nil {
+	if err := w.fail(ctx, "UpdateKeyValue", cfg.Bucket); err != nil {
 		return nil, err
 	}
 	return w.kv(w.js.UpdateKeyValue(ctx, cfg))
 }
 
 func (w *wrappedJS) CreateOrUpdateKeyValue(ctx context.Context, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
-	if err := w.fail("CreateOrUpdateKeyValue", cfg.Bucket); err != nil {
+	if err := w.fail(ctx, "CreateOrUpdateKeyValue", cfg.Bucket); err != nil {
 		return nil, err
 	}
 	return w.kv(w.js.CreateOrUpdateKeyValue(ctx, cfg))
@@ -105,28 +125,28 @@ func (w *wrappedJS) CreateOrUpdateKeyValue(ctx context.Context, cfg jetstream.Ke
 // Opening a stream.
 
 func (w *wrappedJS) Stream(ctx context.Context, stream string) (jetstream.Stream, error) {
-	if err := w.fail("Stream", stream); err != nil {
+	if err := w.fail(ctx, "Stream", stream); err != nil {
 		return nil, err
 	}
 	return w.stream(w.js.Stream(ctx, stream))
 }
 
 func (w *wrappedJS) CreateStream(ctx context.Context, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
-	if err := w.fail("CreateStream", cfg.Name); err != nil {
+	if err := w.fail(ctx, "CreateStream", cfg.Name); err != nil {
 		return nil, err
 	}
 	return w.stream(w.js.CreateStream(ctx, cfg))
 }
 
 func (w *wrappedJS) UpdateStream(ctx context.Context, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
-	if err := w.fail("UpdateStream", cfg.Name); err != nil {
+	if err := w.fail(ctx, "UpdateStream", cfg.Name); err != nil {
 		return nil, err
 	}
 	return w.stream(w.js.UpdateStream(ctx, cfg))
 }
 
 func (w *wrappedJS) CreateOrUpdateStream(ctx context.Context, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
-	if err := w.fail("CreateOrUpdateStream", cfg.Name); err != nil {
+	if err := w.fail(ctx, "CreateOrUpdateStream", cfg.Name); err != nil {
 		return nil, err
 	}
 	return w.stream(w.js.CreateOrUpdateStream(ctx, cfg))
@@ -135,28 +155,28 @@ func (w *wrappedJS) CreateOrUpdateStream(ctx context.Context, cfg jetstream.Stre
 // Opening an object store.
 
 func (w *wrappedJS) ObjectStore(ctx context.Context, bucket string) (jetstream.ObjectStore, error) {
-	if err := w.fail("ObjectStore", bucket); err != nil {
+	if err := w.fail(ctx, "ObjectStore", bucket); err != nil {
 		return nil, err
 	}
 	return w.obj(w.js.ObjectStore(ctx, bucket))
 }
 
 func (w *wrappedJS) CreateObjectStore(ctx context.Context, cfg jetstream.ObjectStoreConfig) (jetstream.ObjectStore, error) {
-	if err := w.fail("CreateObjectStore", cfg.Bucket); err != nil {
+	if err := w.fail(ctx, "CreateObjectStore", cfg.Bucket); err != nil {
 		return nil, err
 	}
 	return w.obj(w.js.CreateObjectStore(ctx, cfg))
 }
 
 func (w *wrappedJS) UpdateObjectStore(ctx context.Context, cfg jetstream.ObjectStoreConfig) (jetstream.ObjectStore, error) {
-	if err := w.fail("UpdateObjectStore", cfg.Bucket); err != nil {
+	if err := w.fail(ctx, "UpdateObjectStore", cfg.Bucket); err != nil {
 		return nil, err
 	}
 	return w.obj(w.js.UpdateObjectStore(ctx, cfg))
 }
 
 func (w *wrappedJS) CreateOrUpdateObjectStore(ctx context.Context, cfg jetstream.ObjectStoreConfig) (jetstream.ObjectStore, error) {
-	if err := w.fail("CreateOrUpdateObjectStore", cfg.Bucket); err != nil {
+	if err := w.fail(ctx, "CreateOrUpdateObjectStore", cfg.Bucket); err != nil {
 		return nil, err
 	}
 	return w.obj(w.js.CreateOrUpdateObjectStore(ctx, cfg))

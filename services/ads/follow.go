@@ -187,8 +187,9 @@ func (f *follower) start(ctx context.Context) (stop func(), err error) {
 	go f.applyLoop(ahead, loopDone)
 	// Pulls as the services' consumers make them (bus.PullConsume): a lost
 	// pull (the ordered consumer then starts over where it was) costs 2 s,
-	// not the 10 s of nats.go's default for ordered consumers.
-	opts := append(bus.PullConsume(), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+	// not the 10 s of nats.go's default for ordered consumers; and large
+	// ones, for the replay (bus.ReplayConsume).
+	opts := append(bus.ReplayConsume(info.State), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 		if !errors.Is(err, jetstream.ErrNoHeartbeat) {
 			f.log.Warn("change stream consumer", "err", err)
 		}

@@ -278,18 +278,30 @@ func TestFollowerStartsWithTheMeshBuilt(t *testing.T) {
 			objectRecord(t, pb.Op_OP_ADD, sliceRef(name), slice("shop", name, 8080, fmt.Sprintf("10.1.%d.%d", i/250, i%250+1))))
 	}
 	natstest.PublishRecords(t, e.js, e.names, recs)
+	e.start(t)
+	if !e.f.store.Built() {
+		t.Fatal("start returned before the mesh of the replayed records was built")
+	}
+	e.checkServices(t, services)
+}
+
+// start starts the follower, stopped at the end of the test.
+func (e *followEnv) start(t *testing.T) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), testutil.DefaultTimeout)
 	defer cancel()
 	stop, err := e.f.start(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer stop()
-	if !e.f.store.Built() {
-		t.Fatal("start returned before the mesh of the replayed records was built")
-	}
-	if got := len(e.f.store.Snapshot().Services); got != services {
-		t.Errorf("services after start = %d, want %d", got, services)
+	t.Cleanup(stop)
+}
+
+// checkServices checks the follower's model holds want Services.
+func (e *followEnv) checkServices(t *testing.T, want int) {
+	t.Helper()
+	if got := len(e.f.store.Snapshot().Services); got != want {
+		t.Errorf("services after start = %d, want %d", got, want)
 	}
 }
 
@@ -390,4 +402,23 @@ func TestFollowerLeavesAViewAtARefusedForm(t *testing.T) {
 	if logged != 1 {
 		t.Errorf("unusable view logged %d times, want once", logged)
 	}
+}
+
+// TestFollowerReplaysLargeRecords: a history of records near the stream's
+// largest replays whole, in pulls sized for them (bus.ReplayPullSize):
+// 40 Services of 900 KiB each, 36 MB.
+func TestFollowerReplaysLargeRecords(t *testing.T) {
+	e := newFollowEnv(t, false)
+	const services = 40
+	note := strings.Repeat("x", 900<<10)
+	var recs []*pb.ChangeRecord
+	for i := range services {
+		name := fmt.Sprintf("big-%d", i)
+		svc := service("shop", name, 80)
+		svc["metadata"].(map[string]any)["annotations"] = map[string]any{"example.com/note": note}
+		recs = append(recs, objectRecord(t, pb.Op_OP_ADD, serviceRef(name), svc))
+	}
+	natstest.PublishRecords(t, e.js, e.names, recs)
+	e.start(t)
+	e.checkServices(t, services)
 }

@@ -21,9 +21,10 @@ import (
 // which the try took before.
 const tryBound = 3 * time.Second
 
-// lostFirst is a JetStream context over a real server whose first creating
-// call goes unanswered, as a creation racing another service's can
-// (nats.go#949). It records the deadline that call had.
+// lostFirst is the hook (natstest.Hooks.Unanswered) that leaves the first
+// creating call of a JetStream context over a real server unanswered, as
+// a creation racing another service's can be (nats.go#949). It records
+// the deadline that call had.
 type lostFirst struct {
 	mu       sync.Mutex
 	lost     bool

@@ -40,8 +40,9 @@ type Streams struct {
 // A try is bounded by the service, not by nats.go's 5 s default: when
 // services start together, the server can leave one of two concurrent
 // creations of a stream unanswered (nats.go#949), and the try after it
-// finds the stream the other created. 2 s is several times what creating
-// a replicated stream takes on a loaded cluster.
+// finds the stream the other created. A lost try then costs 2 s, not 5;
+// an answer slower than that is retried, and the retry finds what the
+// slow try created.
 const (
 	streamRetryFirst = 250 * time.Millisecond
 	streamRetryMax   = 5 * time.Second

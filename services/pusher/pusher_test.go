@@ -74,21 +74,15 @@ func newFrontend(t testing.TB, url, id string) *fakeFrontend {
 	t.Helper()
 	nc, js := natstest.Connect(t, url)
 	// The pusher creates the bucket at the same time, and the server may
-	// leave one of two concurrent creations unanswered (nats.go#949): a
-	// try gets the client's usual 5 s, as a service's do, and is retried.
-	var kv jetstream.KeyValue
-	testutil.Eventually(t, "the registry bucket opened", func() bool {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		var err error
-		if kv, err = bus.EnsureKV(ctx, js, names.RegistryConfig(bus.StreamOptions{})); err != nil {
-			t.Logf("registry bucket: %v (retrying)", err)
-			return false
-		}
-		return true
-	})
+	// leave one of two concurrent creations unanswered (nats.go#949): the
+	// bucket is opened as a frontend opens it, in bounded tries.
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.DefaultTimeout)
+	defer cancel()
+	kv, err := svc.NewStreams(svc.Deps{JS: js, Log: testLogger()}).KV(ctx, names.RegistryConfig(bus.StreamOptions{}))
+	if err != nil {
+		t.Fatal(err)
+	}
 	f := &fakeFrontend{t: t, id: id, nc: nc, kv: kv}
-	var err error
 	f.sub, err = nc.Subscribe(names.OrdersSubject(id), f.handle)
 	if err != nil {
 		t.Fatal(err)

@@ -25,7 +25,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "pilotwire_snapshot_deletes_total", Help: "Snapshots removed by compaction.",
 		}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "pilotwire_snapshot_errors_total", Help: "Snapshotter failures by step (write, view, delete, purge, gap); a failure ends the term, which starts again, except a view's (frontends then read the snapshot itself).",
+			Name: "pilotwire_snapshot_errors_total", Help: "Snapshotter failures by step (write, view, delete, purge, gap, consumer); a failure ends the term, which starts again, except a view's (frontends then read the snapshot itself) and the catch-up consumer's (a lost pull or a missed heartbeat: nats.go starts it over).",
 		}, []string{"op"}),
 		purged: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pilotwire_snapshot_purged_subjects_total", Help: "Subjects compacted: deleted (every record of a deleted object) or superseded (a live object's records before its last).",

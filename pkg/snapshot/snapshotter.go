@@ -180,7 +180,11 @@ func (s *Snapshotter) start(ctx context.Context) error {
 }
 
 // catchUp applies every record the stream holds after the set's sequence,
-// with an ordered consumer that lives for this call only.
+// with an ordered consumer that lives for this call only. Its pulls are
+// the services' (bus.ReplayConsume): a lost pull is noticed after two
+// missed heartbeats of a second, within the 5 s a catch-up waits for
+// progress, where nats.go's defaults (15 s heartbeats) ended the cycle
+// with nothing read (TestCatchUpAfterALostPull).
 func (s *Snapshotter) catchUp(ctx context.Context) error {
 	info, err := s.stream.Info(ctx)
 	if err != nil {
@@ -209,11 +213,14 @@ func (s *Snapshotter) catchUp(ctx context.Context) error {
 		case msgs <- m:
 		case <-stop:
 		}
-	}, jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
-		if !errors.Is(err, jetstream.ErrNoHeartbeat) {
-			s.log.Warn("snapshot consumer", "err", err)
+	}, append(bus.ReplayConsume(info.State), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+		s.metrics.errors.WithLabelValues("consumer").Inc()
+		if errors.Is(err, jetstream.ErrNoHeartbeat) {
+			s.log.Warn("snapshot consumer missed its heartbeats (a pull lost?); it starts over", "seq", s.set.Seq())
+			return
 		}
-	}))
+		s.log.Warn("snapshot consumer", "err", err)
+	}))...)
 	if err != nil {
 		return fmt.Errorf("snapshot consumer: %w", err)
 	}

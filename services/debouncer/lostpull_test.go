@@ -2,15 +2,11 @@ package debouncer
 
 import (
 	"context"
-	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/pilotwire/pilotwire/internal/testkit/natstest"
@@ -29,48 +25,13 @@ import (
 // change published then must be pushed well within nats.go's 30 s; before
 // the fix it took about 30 s and the test failed at its 15 s bound.
 func TestLostPullRequestIsReissued(t *testing.T) {
-	// users gives the debouncer's user everything, or everything but
-	// publishing pull requests.
-	users := func(pull bool) []*server.User {
-		p := &server.Permissions{Publish: &server.SubjectPermission{Allow: []string{">"}}, Subscribe: &server.SubjectPermission{Allow: []string{">"}}}
-		if !pull {
-			p.Publish.Deny = []string{"$JS.API.CONSUMER.MSG.NEXT.>"}
-		}
-		return []*server.User{{Username: "deb", Password: "deb", Permissions: p}, {Username: "admin", Password: "admin"}}
-	}
-	var opts *server.Options
-	srv := natstest.StartServerWith(t, func(o *server.Options) {
-		o.Users = users(true)
-		opts = o
-	})
-	url := srv.ClientURL()
-	setPullAllowed := func(allowed bool) {
-		t.Helper()
-		o := opts.Clone()
-		o.Users = users(allowed)
-		if err := srv.ReloadOptions(o); err != nil {
-			t.Fatal(err)
-		}
-	}
-
-	adminNC, err := nats.Connect(url, nats.UserInfo("admin", "admin"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(adminNC.Close)
-	js, err := jetstream.New(adminNC)
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv := natstest.StartPullRefuser(t)
+	url := srv.URL()
+	adminNC, js := srv.Admin(t)
 	setupStreams(t, js)
 
-	var refused atomic.Int32
 	// No snapshotter: its reads would race the server's reload too.
-	quickActiveOn(t, url, url, func(c *Config) { c.LeaseTTL = time.Minute }, nats.UserInfo("deb", "deb"), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
-		if strings.Contains(err.Error(), "Permissions Violation") && strings.Contains(err.Error(), "MSG.NEXT") {
-			refused.Add(1)
-		}
-	}))
+	quickActiveOn(t, url, url, func(c *Config) { c.LeaseTTL = time.Minute }, srv.ServiceOptions()...)
 	// PushRequests are watched on a plain subscription: reading them back
 	// from the stream (direct gets) would race the server's reload of its
 	// options, which an in-process server's direct gets read unlocked.
@@ -102,9 +63,9 @@ func TestLostPullRequestIsReissued(t *testing.T) {
 
 	// Lose the next pull request: it is refused when the one waiting at
 	// the server expires and the consumer asks again.
-	setPullAllowed(false)
-	testutil.Eventually(t, "a pull request refused", func() bool { return refused.Load() > 0 })
-	setPullAllowed(true)
+	srv.Refuse(t, true)
+	testutil.Eventually(t, "a pull request refused", func() bool { return srv.Refused() > 0 })
+	srv.Refuse(t, false)
 
 	publishChange(ctx, t, js, 2, false)
 	// nats.go's default pull waits 30 s to notice the lost one.

@@ -60,7 +60,14 @@ func StartServerWith(t testing.TB, configure func(*server.Options)) *server.Serv
 // Connect opens a client connection to url, closed at the end of the test.
 func Connect(t testing.TB, url string) (*nats.Conn, jetstream.JetStream) {
 	t.Helper()
-	nc, err := nats.Connect(url)
+	return ConnectWith(t, url)
+}
+
+// ConnectWith is Connect with connection options (a user, an error
+// handler).
+func ConnectWith(t testing.TB, url string, opts ...nats.Option) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	nc, err := nats.Connect(url, opts...)
 	if err != nil {
 		t.Fatalf("connect nats: %v", err)
 	}

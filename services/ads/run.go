@@ -36,6 +36,17 @@ func DefaultFrontendID() string {
 	return h + "-" + hex.EncodeToString(b[:])
 }
 
+// recvStreamWindow and recvConnWindow are the frontend's HTTP/2 receive
+// windows, per stream and per connection: what a client may send before
+// the frontend reads it. A quarter of a window read is given back at once,
+// so a request as large as the 4 MiB one may be crosses in a few
+// round trips; grpc-go's estimate, which these replace, could grow a
+// connection's window to 16 MiB.
+const (
+	recvStreamWindow = 1 << 20
+	recvConnWindow   = 2 << 20
+)
+
 // Run runs the frontend until ctx ends, then drains.
 func Run(ctx context.Context, cfg Config, d svc.Deps) error {
 	names, err := cfg.Names()
@@ -187,6 +198,14 @@ func Run(ctx context.Context, cfg Config, d svc.Deps) error {
 		}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 15 * time.Second, PermitWithoutStream: true}),
 		grpc.MaxRecvMsgSize(4<<20),
+		// Fixed receive windows: without them grpc-go estimates each
+		// connection's bandwidth-delay product from what it receives,
+		// answering nearly every request (each ACK) with a window update
+		// and a PING of its own, whose PING ACK it then reads. A frontend
+		// receives only requests, so the estimate buys it nothing. What it
+		// sends is paced by the client's windows, which this does not set.
+		grpc.StaticStreamWindowSize(recvStreamWindow),
+		grpc.StaticConnWindowSize(recvConnWindow),
 		experimental.BufferPool(pool),
 		grpc.ForceServerCodecV2(poolCodec{pool: pool, names: newNameTable()}),
 	)...)

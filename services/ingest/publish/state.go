@@ -47,7 +47,10 @@ func (p *Publisher) load(ctx context.Context, s jetstream.Stream, from uint64) e
 	if from == 0 && len(p.state) == 0 {
 		p.state = make(map[Key]*entry, info.NumPending) // one record per subject
 	}
-	it, err := cons.Messages(jetstream.PullMaxMessages(1024))
+	// The services' pulls (bus.PullMessages): a lost pull is noticed after
+	// two missed heartbeats of a second, where nats.go's defaults took 30 s
+	// (TestStartAfterALostPull).
+	it, err := cons.Messages(bus.PullMessages(1024)...)
 	if err != nil {
 		return fmt.Errorf("read current objects: %w", err)
 	}

@@ -49,8 +49,13 @@ func (p *Publisher) load(ctx context.Context, s jetstream.Stream, from uint64) e
 	}
 	// The services' pulls (bus.PullMessages): a lost pull is noticed after
 	// two missed heartbeats of a second, where nats.go's defaults took 30 s
-	// (TestStartAfterALostPull).
-	it, err := cons.Messages(bus.PullMessages(1024)...)
+	// (TestStartAfterALostPull). A pull takes as many records as a
+	// frontend's replay does (bus.ReplayPullSize).
+	pull := 1024
+	if si := s.CachedInfo(); si != nil {
+		pull = bus.ReplayPullSize(si.State)
+	}
+	it, err := cons.Messages(bus.PullMessages(pull)...)
 	if err != nil {
 		return fmt.Errorf("read current objects: %w", err)
 	}

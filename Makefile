@@ -22,6 +22,7 @@ FUZZ_TARGETS := \
 	./pkg/model:FuzzFastDecode \
 	./pkg/model:FuzzCompactForm \
 	./pkg/model:FuzzDecodeWire \
+	./pkg/model:FuzzObjectLabels \
 	./pkg/snapshot:FuzzDecode \
 	./pkg/bus:FuzzEscapeToken \
 	./pkg/debounce:FuzzBatchMerge \

@@ -118,33 +118,20 @@ func fastService(raw []byte) (*entry, bool) {
 		switch i {
 		case 0:
 			return s.fields(serviceMetaFields, func(int) bool {
-				if !s.eat('{') {
-					return false
-				}
-				if s.eat('}') {
-					// encoding/json makes an empty map; the mesh reads
-					// only exportTo, so nil reads the same.
-					return true
-				}
-				for {
-					k, ok := s.plain()
-					if !ok || !s.eat(':') {
-						return false
-					}
+				// {} leaves the annotations nil where encoding/json makes
+				// an empty map; the mesh reads only exportTo, so nil reads
+				// the same.
+				return s.members(func(k []byte) bool {
 					if string(k) == exportToAnnotation {
 						val, ok := s.str()
 						if !ok {
 							return false
 						}
 						v.Metadata.Annotations = map[string]string{exportToAnnotation: val}
-					} else if s.peek() != '"' || !s.skipString() {
-						return false // not a string: encoding/json says why
+						return true
 					}
-					if s.eat(',') {
-						continue
-					}
-					return s.eat('}')
-				}
+					return s.peek() == '"' && s.skipString() // not a string: encoding/json says why
+				})
 			})
 		default:
 			sp := &v.Spec

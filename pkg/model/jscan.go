@@ -178,6 +178,27 @@ func (s *jscan) fields(names []string, read func(i int) bool) bool {
 	}
 }
 
+// members reads an object whose keys are plain strings, calling member
+// with each key once its colon is read; member must consume the value.
+func (s *jscan) members(member func(key []byte) bool) bool {
+	if !s.eat('{') {
+		return false
+	}
+	if s.eat('}') {
+		return true
+	}
+	for {
+		k, ok := s.plain()
+		if !ok || !s.eat(':') || !member(k) {
+			return false
+		}
+		if s.eat(',') {
+			continue
+		}
+		return s.eat('}')
+	}
+}
+
 // field returns the index of key in names, -1 if it is none of them, and
 // -2 if it equals one of them only without regard to ASCII case.
 func field(key []byte, names []string) int {

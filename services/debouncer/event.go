@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/pilotwire/pilotwire/pkg/debounce"
+	"github.com/pilotwire/pilotwire/pkg/model"
 	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
 )
 
@@ -104,35 +105,46 @@ var topologyLabels = []string{
 
 // nodeTopology is a canonical form of a Node's topology labels.
 func nodeTopology(obj []byte) string {
-	var o struct {
-		Metadata struct {
-			Labels map[string]string `json:"labels"`
-		} `json:"metadata"`
-	}
-	if len(obj) == 0 || json.Unmarshal(obj, &o) != nil {
+	labels, ok := objectLabels(obj)
+	if !ok {
 		return ""
 	}
 	var b strings.Builder
 	for _, k := range topologyLabels {
-		if v, ok := o.Metadata.Labels[k]; ok {
+		if v, ok := labels[k]; ok {
 			b.WriteString(k + "=" + v + ",")
 		}
 	}
 	return b.String()
 }
 
-// podLabels is a canonical form of a pod's labels.
-func podLabels(obj []byte) string {
+// objectLabels is an object's metadata.labels: on model.ObjectLabels's
+// fast path (a pod's labels in about a quarter of encoding/json's time,
+// BenchmarkObjectLabels), else as encoding/json decodes them. false: the
+// object cannot be read.
+func objectLabels(obj []byte) (map[string]string, bool) {
+	if labels, ok := model.ObjectLabels(obj); ok {
+		return labels, true
+	}
 	var o struct {
 		Metadata struct {
 			Labels map[string]string `json:"labels"`
 		} `json:"metadata"`
 	}
 	if len(obj) == 0 || json.Unmarshal(obj, &o) != nil {
+		return nil, false
+	}
+	return o.Metadata.Labels, true
+}
+
+// podLabels is a canonical form of a pod's labels.
+func podLabels(obj []byte) string {
+	labels, ok := objectLabels(obj)
+	if !ok {
 		return ""
 	}
-	ls := make([]string, 0, len(o.Metadata.Labels))
-	for k, v := range o.Metadata.Labels {
+	ls := make([]string, 0, len(labels))
+	for k, v := range labels {
 		ls = append(ls, k+"="+v)
 	}
 	slices.Sort(ls)

@@ -61,7 +61,11 @@ func (a *active) rebuildIndex(ctx context.Context, floor uint64, maxRecords int)
 	var read, slices, pods, later int
 	truncated := false
 	if info.NumPending > 0 {
-		it, err := cons.Messages(bus.PullMessages(1024)...)
+		pull := 1024
+		if si := a.changes.CachedInfo(); si != nil {
+			pull = bus.ReplayPullSize(si.State)
+		}
+		it, err := cons.Messages(bus.PullMessages(pull)...)
 		if err != nil {
 			return nil, fmt.Errorf("rebuild endpoint index: %w", err)
 		}

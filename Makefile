@@ -23,6 +23,7 @@ FUZZ_TARGETS := \
 	./pkg/model:FuzzCompactForm \
 	./pkg/model:FuzzDecodeWire \
 	./pkg/model:FuzzObjectLabels \
+	./pkg/model:FuzzSliceRefs \
 	./pkg/snapshot:FuzzDecode \
 	./pkg/bus:FuzzEscapeToken \
 	./pkg/debounce:FuzzBatchMerge \

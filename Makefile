@@ -24,6 +24,7 @@ FUZZ_TARGETS := \
 	./pkg/model:FuzzDecodeWire \
 	./pkg/model:FuzzObjectLabels \
 	./pkg/model:FuzzSliceRefs \
+	./pkg/model:FuzzFastPod \
 	./pkg/snapshot:FuzzDecode \
 	./pkg/bus:FuzzEscapeToken \
 	./pkg/debounce:FuzzBatchMerge \

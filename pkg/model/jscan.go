@@ -199,6 +199,22 @@ func (s *jscan) members(member func(key []byte) bool) bool {
 	}
 }
 
+// stringMap reads an object of plain keys and string values into a new
+// map, as encoding/json fills a map[string]string: a repeated key keeps
+// its last value, {} gives an empty map.
+func (s *jscan) stringMap() (map[string]string, bool) {
+	if s.peek() != '{' {
+		return nil, false
+	}
+	m := map[string]string{}
+	ok := s.members(func(k []byte) bool {
+		v, ok := s.str()
+		m[string(k)] = v
+		return ok
+	})
+	return m, ok
+}
+
 // field returns the index of key in names, -1 if it is none of them, and
 // -2 if it equals one of them only without regard to ASCII case.
 func field(key []byte, names []string) int {

@@ -19,15 +19,9 @@ func ObjectLabels(raw []byte) (labels map[string]string, ok bool) {
 	s := jscan{b: raw}
 	ok = s.fields(objectTopFields, func(int) bool {
 		return s.fields(objectMetaFields, func(int) bool {
-			if s.peek() != '{' {
-				return false
-			}
-			labels = map[string]string{}
-			return s.members(func(k []byte) bool {
-				v, ok := s.str()
-				labels[string(k)] = v
-				return ok
-			})
+			var ok bool
+			labels, ok = s.stringMap()
+			return ok
 		})
 	}) && s.end()
 	if !ok {

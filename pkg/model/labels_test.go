@@ -85,7 +85,7 @@ func FuzzObjectLabels(f *testing.F) {
 }
 
 func BenchmarkObjectLabels(b *testing.B) {
-	raw := []byte(`{"apiVersion":"v1","kind":"Pod","metadata":{"name":"web-5d4f8-x2x9q","namespace":"shop","uid":"6f1c","resourceVersion":"123456","labels":{"app":"web","pod-template-hash":"5d4f8","security.istio.io/tlsMode":"istio","service.istio.io/canonical-name":"web","service.istio.io/canonical-revision":"v1","version":"v1"},"ownerReferences":[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-5d4f8","uid":"1a2b"}]},"spec":{"nodeName":"node-1","serviceAccountName":"web"},"status":{"phase":"Running","podIP":"10.244.1.5","podIPs":[{"ip":"10.244.1.5"}]}}`)
+	raw := []byte(benchPod)
 	b.Run("fast", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
@@ -102,4 +102,74 @@ func BenchmarkObjectLabels(b *testing.B) {
 			}
 		}
 	})
+}
+
+// checkPod fails unless fastPod either declines raw or reads what stdPod
+// reads. It reports whether the fast path took it.
+func checkPod(t *testing.T, raw []byte) bool {
+	t.Helper()
+	got, ok := fastPod(raw)
+	if !ok {
+		return false
+	}
+	want, err := stdPod(raw)
+	if err != nil {
+		t.Fatalf("%q: the fast path took what encoding/json refuses (%v)", raw, err)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("%q: fast path gives %#v, encoding/json %#v", raw, got, want)
+	}
+	return true
+}
+
+func TestFastPod(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		raw  string
+		fast bool
+	}{
+		{"a pod", benchPod, true},
+		{"no status", `{"metadata":{"labels":{"app":"web"}},"spec":{"nodeName":"n1"}}`, true},
+		{"a non-canonical IP", `{"status":{"podIP":"10.000.0.1"}}`, true},
+		{"an IPv6 pod", `{"status":{"podIP":"2001:DB8::1"}}`, true},
+		{"an empty condition", `{"status":{"conditions":[{}]}}`, true},
+		{"a null condition", `{"status":{"conditions":[null]}}`, false},
+		{"a condition that is a number", `{"status":{"conditions":[1]}}`, false},
+		{"conditions that are not a list", `{"status":{"conditions":{}}}`, false},
+		{"a numeric node name", `{"spec":{"nodeName":1}}`, false},
+		{"spec twice", `{"spec":{"nodeName":"a"},"spec":{"nodeName":"b"}}`, false},
+		{"an escaped IP", `{"status":{"podIP":"10.0.0.\u0031"}}`, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if took := checkPod(t, []byte(c.raw)); took != c.fast {
+				t.Fatalf("fast path took it: %v, want %v", took, c.fast)
+			}
+		})
+	}
+}
+
+// FuzzFastPod: whatever fastPod takes, it reads as stdPod does.
+func FuzzFastPod(f *testing.F) {
+	f.Add([]byte(benchPod))
+	f.Add([]byte(`{"metadata":{"labels":{"a":"1"}},"spec":{"nodeName":"n"},"status":{"podIP":"::1","conditions":[{"type":"Ready","status":"True"}]}}`))
+	f.Fuzz(func(t *testing.T, raw []byte) { checkPod(t, raw) })
+}
+
+const benchPod = `{"apiVersion":"v1","kind":"Pod","metadata":{"name":"web-5d4f8-x2x9q","namespace":"shop","uid":"6f1c","resourceVersion":"123456","labels":{"app":"web","pod-template-hash":"5d4f8","security.istio.io/tlsMode":"istio","service.istio.io/canonical-name":"web","service.istio.io/canonical-revision":"v1","version":"v1"},"ownerReferences":[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-5d4f8","uid":"1a2b"}]},"spec":{"nodeName":"node-1","serviceAccountName":"web"},"status":{"phase":"Running","podIP":"10.244.1.5","podIPs":[{"ip":"10.244.1.5"}],"conditions":[{"type":"Ready","status":"True"},{"type":"ContainersReady","status":"True"}]}}`
+
+func BenchmarkDecodePod(b *testing.B) {
+	raw := []byte(benchPod)
+	for _, c := range []struct {
+		name string
+		dec  func([]byte) (*pod, error)
+	}{{"fast", decodePod}, {"encoding-json", stdPod}} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if p, err := c.dec(raw); err != nil || len(p.labels) != 6 {
+					b.Fatal(p, err)
+				}
+			}
+		})
+	}
 }

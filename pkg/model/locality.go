@@ -85,15 +85,18 @@ type node struct {
 }
 
 func decodeNode(raw []byte) (*node, error) {
-	var v struct {
-		Metadata struct {
-			Labels map[string]string `json:"labels"`
-		} `json:"metadata"`
+	l, ok := ObjectLabels(raw)
+	if !ok {
+		var v struct {
+			Metadata struct {
+				Labels map[string]string `json:"labels"`
+			} `json:"metadata"`
+		}
+		if err := json.Unmarshal(raw, &v); err != nil {
+			return nil, fmt.Errorf("decode Node: %w", err)
+		}
+		l = v.Metadata.Labels
 	}
-	if err := json.Unmarshal(raw, &v); err != nil {
-		return nil, fmt.Errorf("decode Node: %w", err)
-	}
-	l := v.Metadata.Labels
 	first := func(a, b string) string {
 		if x := l[a]; x != "" {
 			return x

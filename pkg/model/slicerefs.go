@@ -53,15 +53,9 @@ func DecodeSliceRefs(raw []byte) (r SliceRefs, ok bool) {
 		switch i {
 		case 0:
 			return s.fields(objectMetaFields, func(int) bool {
-				if s.peek() != '{' {
-					return false
-				}
-				r.Metadata.Labels = map[string]string{}
-				return s.members(func(k []byte) bool {
-					v, ok := s.str()
-					r.Metadata.Labels[string(k)] = v
-					return ok
-				})
+				var ok bool
+				r.Metadata.Labels, ok = s.stringMap()
+				return ok
 			})
 		case 1:
 			r.Ports = r.Ports[:0]

@@ -16,7 +16,68 @@ type pod struct {
 	nodeName string
 }
 
+// decodePod reads a Pod on the fast path (fastPod), else with
+// encoding/json (stdPod), which decides what the fast path declines.
 func decodePod(raw []byte) (*pod, error) {
+	if p, ok := fastPod(raw); ok {
+		return p, nil
+	}
+	return stdPod(raw)
+}
+
+// The fields fastPod reads, per JSON object, by index.
+var (
+	podTopFields       = []string{"metadata", "spec", "status"}
+	podSpecFields      = []string{"nodeName"}
+	podStatusFields    = []string{"podIP", "conditions"}
+	podConditionFields = []string{"type", "status"}
+)
+
+// fastPod reads what stdPod reads, on jscan (see ObjectLabels for what it
+// declines). The conditions are read only to decline what encoding/json
+// refuses there. FuzzFastPod holds it equal to stdPod.
+func fastPod(raw []byte) (*pod, bool) {
+	s := jscan{b: raw}
+	var labels map[string]string
+	var ip, nodeName string
+	ok := s.fields(podTopFields, func(i int) bool {
+		switch i {
+		case 0:
+			return s.fields(objectMetaFields, func(int) bool {
+				var ok bool
+				labels, ok = s.stringMap()
+				return ok
+			})
+		case 1:
+			return s.fields(podSpecFields, func(int) bool {
+				var ok bool
+				nodeName, ok = s.str()
+				return ok
+			})
+		default:
+			return s.fields(podStatusFields, func(i int) bool {
+				if i == 0 {
+					var ok bool
+					ip, ok = s.str()
+					return ok
+				}
+				return s.array(func() bool {
+					return s.fields(podConditionFields, func(int) bool {
+						_, ok := s.plain()
+						return ok
+					})
+				})
+			})
+		}
+	}) && s.end()
+	if !ok {
+		return nil, false
+	}
+	return &pod{labels: labels, ip: canonicalIP(ip), nodeName: nodeName}, true
+}
+
+// stdPod is decodePod with encoding/json.
+func stdPod(raw []byte) (*pod, error) {
 	var v struct {
 		Metadata struct {
 			Labels map[string]string `json:"labels"`

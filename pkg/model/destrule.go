@@ -528,7 +528,7 @@ func (m *Mesh) TrafficPolicy(r *DestinationRule, port int32, subset string) *net
 			tp = overlay(tp, forPort(s.GetTrafficPolicy(), port))
 		}
 	}
-	if d := m.content.defaultPolicy; d != nil {
+	if d := m.content.settings.defaultPolicy; d != nil {
 		if tp.GetConnectionPool() == nil || tp.GetOutlierDetection() == nil {
 			out := shallowPolicy(tp)
 			if out.ConnectionPool == nil {
@@ -614,7 +614,7 @@ func itoa(n uint32) string { return strconv.FormatUint(uint64(n), 10) }
 
 // HasDefaultTrafficPolicy reports whether the mesh config sets a
 // defaultTrafficPolicy, which applies to services without rules too.
-func (m *Mesh) HasDefaultTrafficPolicy() bool { return m.content.defaultPolicy != nil }
+func (m *Mesh) HasDefaultTrafficPolicy() bool { return m.content.settings.defaultPolicy != nil }
 
 // selectorKey is a canonical string of a label selector ("" for nil).
 func selectorKey(sel map[string]string) string {

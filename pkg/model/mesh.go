@@ -10,6 +10,8 @@ import (
 	networkingv1 "istio.io/api/networking/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/pilotwire/pilotwire/pkg/meshconfig"
 )
 
 // Mesh is an immutable view of the mesh at one change-stream sequence.
@@ -45,11 +47,10 @@ type meshContent struct {
 	scoped       bool
 	scopeNS      string
 	scopeSidecar *sidecarScope
-	// defaultPolicy is the mesh config's defaultTrafficPolicy, or nil.
-	defaultPolicy *meshv1alpha1.MeshConfig_DefaultTrafficPolicy
-	// localityLB is the mesh config's localityLbSetting, or nil.
-	localityLB *networkingv1.LocalityLoadBalancerSetting
-	memo       memo
+	// settings are the mesh config's, the same for every mesh of a
+	// store and every scope of a mesh; never nil.
+	settings *meshSettings
+	memo     memo
 	// config is shared further, by meshes whose services differ at most in
 	// their endpoints.
 	config *memo
@@ -232,7 +233,7 @@ func NewMesh(seq uint64, services []*Service) (*Mesh, error) {
 			s.config = new(memo)
 		}
 	}
-	return &Mesh{Seq: seq, Services: svcs, content: &meshContent{byHost: byHost, config: new(memo), rules: emptyRules(), routes: emptyRoutes()}}, nil
+	return &Mesh{Seq: seq, Services: svcs, content: &meshContent{byHost: byHost, config: new(memo), rules: emptyRules(), routes: emptyRoutes(), settings: noSettings}}, nil
 }
 
 // withSeq returns a mesh with the same content at a later sequence.
@@ -353,5 +354,22 @@ func (s *Service) sameConfig(o *Service) bool {
 // default enables it, with no distribute or failover of its own). nil for
 // meshes made by [NewMesh]. Read-only.
 func (m *Mesh) LocalityLbSetting() *networkingv1.LocalityLoadBalancerSetting {
-	return m.content.localityLB
+	return m.content.settings.localityLB
+}
+
+// meshSettings are what generation reads of the mesh config. A scoped
+// mesh shares its full mesh's: one value, so that no setting can be
+// left behind when a scope is made.
+type meshSettings struct {
+	// defaultPolicy is the mesh config's defaultTrafficPolicy, or nil.
+	defaultPolicy *meshv1alpha1.MeshConfig_DefaultTrafficPolicy
+	// localityLB is the mesh config's localityLbSetting, or nil.
+	localityLB *networkingv1.LocalityLoadBalancerSetting
+}
+
+// noSettings are those of meshes made by [NewMesh]: none set.
+var noSettings = &meshSettings{}
+
+func settingsOf(c *meshconfig.MeshConfig) *meshSettings {
+	return &meshSettings{defaultPolicy: c.DefaultTrafficPolicy(), localityLB: c.LocalityLbSetting()}
 }

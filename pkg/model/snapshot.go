@@ -173,7 +173,7 @@ func (s *Store) rebuild() *Mesh {
 	}
 	return &Mesh{Seq: s.applied, Services: services, content: &meshContent{
 		byHost: byHost, config: config, rules: s.ruleIdx, routes: s.routeIdx, problems: problems,
-		defaultPolicy: s.meshCfg.DefaultTrafficPolicy(), sidecars: s.sidecarIdx, localityLB: s.meshCfg.LocalityLbSetting(),
+		settings: s.settings, sidecars: s.sidecarIdx,
 	}}
 }
 

@@ -36,7 +36,8 @@ type Store struct {
 
 	// set at construction
 	meshCfg      *meshconfig.MeshConfig
-	buildWorkers int // goroutines a large rebuild may use (snapshot.go)
+	settings     *meshSettings // what meshes read of meshCfg
+	buildWorkers int           // goroutines a large rebuild may use (snapshot.go)
 
 	// Indexes of the decoded kinds, by the mesh service they belong to.
 	services map[serviceKey]map[string]*slimService // cluster id → Service
@@ -151,8 +152,8 @@ func NewStore(opts ...Option) *Store {
 	s.ruleIdx.root = s.meshCfg.RootNamespace()
 	empty.content.rules = s.ruleIdx
 	empty.content.routes = s.routeIdx
-	empty.content.defaultPolicy = s.meshCfg.DefaultTrafficPolicy()
-	empty.content.localityLB = s.meshCfg.LocalityLbSetting()
+	s.settings = settingsOf(s.meshCfg)
+	empty.content.settings = s.settings
 	return s
 }
 

@@ -2,6 +2,7 @@ package xdsgen
 
 import (
 	"encoding/json"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -237,5 +238,55 @@ func TestLocalityAfterEndpointChange(t *testing.T) {
 	}
 	if diff := cmp.Diff([]uint32{0, 1}, priorities()); diff != "" {
 		t.Errorf("after an endpoint change (-want +got):\n%s", diff)
+	}
+}
+
+// TestMeshLocalityLbSettingOnClusters: a mesh-wide localityLbSetting
+// reaches the clusters as well as the load assignments, also for a proxy
+// a Sidecar scopes. Envoy reads a load assignment's locality weights only
+// on a cluster with locality_weighted_lb_config, so weights without it do
+// nothing.
+func TestMeshLocalityLbSettingOnClusters(t *testing.T) {
+	path := filepath.Join("testdata", "locality", "locality.yaml")
+	east := Proxy{Generator: Envoy, Namespace: "app", Locality: model.Locality{Region: "us-east", Zone: "us-east-a", SubZone: "rack1"}}
+	for _, tc := range []struct {
+		name, mesh string
+		want       bool
+	}{
+		{"default: no weights, no config", "", false},
+		{"mesh distribute", `localityLbSetting: {distribute: [{from: "us-east/*", to: {"us-west/*": 100}}]}`, true},
+		{"mesh distribute, disabled", `localityLbSetting: {enabled: false, distribute: [{from: "us-east/*", to: {"us-west/*": 100}}]}`, false},
+	} {
+		for _, sidecar := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/sidecar=%v", tc.name, sidecar), func(t *testing.T) {
+				cfg, err := meshconfig.Parse([]byte(tc.mesh))
+				if err != nil {
+					t.Fatal(err)
+				}
+				s := manifestStore(t, path, model.WithMeshConfig(cfg))
+				if sidecar {
+					sc := `{"metadata":{"name":"default","namespace":"app"},"spec":{"egress":[{"hosts":["./*"]}]}}`
+					if err := s.Apply(&pb.ChangeRecord{Cluster: "c1", Op: pb.Op_OP_ADD, Object: []byte(sc),
+						Ref: &pb.ObjectRef{Group: "networking.istio.io", Version: "v1", Kind: "Sidecar", Namespace: "app", Name: "default"}}, s.AppliedSeq()+1); err != nil {
+						t.Fatal(err)
+					}
+				}
+				set, err := GenerateFor(s.Snapshot(), east, resource.ClusterType)
+				if err != nil {
+					t.Fatal(err)
+				}
+				r := set.Get("outbound|80||plain.app.svc.cluster.local")
+				if r == nil {
+					t.Fatal("no cluster outbound|80||plain.app.svc.cluster.local")
+				}
+				if err := validateDeep(r.Msg); err != nil {
+					t.Fatal(err)
+				}
+				got := r.Msg.(*clusterv3.Cluster).GetCommonLbConfig().GetLocalityWeightedLbConfig() != nil
+				if got != tc.want {
+					t.Errorf("locality_weighted_lb_config set: %v, want %v", got, tc.want)
+				}
+			})
+		}
 	}
 }

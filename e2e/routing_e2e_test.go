@@ -123,8 +123,10 @@ spec:
 //   - x-user: tester goes to v2 on every call;
 //   - a fault abort of 50% with UNAVAILABLE fails between 150 and 250 of
 //     400 calls (±5 standard deviations);
-//   - a retry policy turns a backend failing every other call into all
-//     calls succeeding (without it, half fail);
+//   - with no VirtualService, Istio's default retry policy (2 retries,
+//     on unavailable among others) turns a backend failing every other
+//     call into all calls succeeding; retries: {attempts: 0} turns that
+//     off (half fail), and the route's own policy back on;
 //   - editing the weights to 20/80 moves the split, without a restart.
 func TestGRPCVirtualService(t *testing.T) {
 	if testing.Short() {
@@ -230,28 +232,47 @@ spec:
 		t.Errorf("fault abort 50%%: %d of 400 calls failed, want 150..250", failed)
 	}
 
-	// Without a retry policy half the calls to the flaky backend fail; with
-	// one, every call succeeds.
+	// With no VirtualService the default retry policy retries UNAVAILABLE:
+	// every call to the flaky backend succeeds.
 	flakyClient := dial("flaky")
-	unavailable := 0
-	for range 20 {
-		if _, err := call(flakyClient, ""); status.Code(err) == codes.Unavailable {
-			unavailable++
+	for i := range 200 {
+		if _, err := call(flakyClient, ""); err != nil {
+			t.Fatalf("call %d to the flaky backend under the default retry policy: %v", i, err)
 		}
 	}
-	if unavailable == 0 {
-		t.Fatalf("the flaky backend never failed without retries (%d calls served)", flaky.calls.Load())
+	// Each call failed once and was retried once.
+	if n := flaky.calls.Load(); n != 400 {
+		t.Errorf("the flaky backend served %d attempts for 200 calls, want 400", n)
 	}
-	pipelinetest.WriteFile(t, dir, "flaky-vs.yaml", `apiVersion: networking.istio.io/v1
+	// Retries turned off: about half the calls fail.
+	flakyVS := func(retries string) string {
+		return `apiVersion: networking.istio.io/v1
 kind: VirtualService
 metadata: {name: flaky, namespace: default}
 spec:
   hosts: [flaky]
   http:
-  - retries: {attempts: 3, retryOn: unavailable}
+  - retries: ` + retries + `
     route:
     - destination: {host: flaky}
-`)
+`
+	}
+	pipelinetest.WriteFile(t, dir, "flaky-vs.yaml", flakyVS("{attempts: 0}"))
+	testutil.Eventually(t, "retries turned off", func() bool {
+		_, err := call(flakyClient, "")
+		return status.Code(err) == codes.Unavailable
+	})
+	unavailable := 0
+	for range 40 {
+		if _, err := call(flakyClient, ""); status.Code(err) == codes.Unavailable {
+			unavailable++
+		}
+	}
+	// The backend fails exactly every other call it serves.
+	if unavailable != 20 {
+		t.Errorf("without retries %d of 40 calls failed, want 20", unavailable)
+	}
+	pipelinetest.WriteFile(t, dir, "flaky-vs.yaml", flakyVS("{attempts: 3, retryOn: unavailable}"))
 	testutil.Eventually(t, "retries applied", func() bool {
 		for range 20 {
 			if _, err := call(flakyClient, ""); err != nil {

@@ -130,6 +130,21 @@ func (c *MeshConfig) LocalityLbSetting() *networkingv1alpha3.LocalityLoadBalance
 	return c.Proto().GetLocalityLbSetting()
 }
 
+// DefaultHTTPRetryPolicy is the mesh's defaultHttpRetryPolicy: the retries
+// of outbound HTTP routes that set none (a VirtualService's route without
+// retries, a service's default route). nil means Istio's built-in default;
+// attempts 0 turns retries off.
+func (c *MeshConfig) DefaultHTTPRetryPolicy() *networkingv1alpha3.HTTPRetry {
+	return c.Proto().GetDefaultHttpRetryPolicy()
+}
+
+// DefaultInboundHTTPRetryPolicy is the mesh's defaultInboundHttpRetryPolicy:
+// the retries of a sidecar's inbound HTTP routes to its application. nil
+// means Istio's built-in default; attempts 0 turns retries off.
+func (c *MeshConfig) DefaultInboundHTTPRetryPolicy() *networkingv1alpha3.HTTPRetry {
+	return c.Proto().GetDefaultInboundHttpRetryPolicy()
+}
+
 var public = []string{"*"}
 
 func orPublic(v []string) []string {

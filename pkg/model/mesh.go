@@ -357,6 +357,18 @@ func (m *Mesh) LocalityLbSetting() *networkingv1.LocalityLoadBalancerSetting {
 	return m.content.settings.localityLB
 }
 
+// DefaultHTTPRetryPolicy is the mesh config's defaultHttpRetryPolicy, for
+// outbound HTTP routes that set no retries; nil when unset (Istio's
+// built-in default then applies). Read-only.
+func (m *Mesh) DefaultHTTPRetryPolicy() *networkingv1.HTTPRetry { return m.content.settings.retry }
+
+// DefaultInboundHTTPRetryPolicy is the mesh config's
+// defaultInboundHttpRetryPolicy, for a sidecar's inbound HTTP routes; nil
+// when unset. Read-only.
+func (m *Mesh) DefaultInboundHTTPRetryPolicy() *networkingv1.HTTPRetry {
+	return m.content.settings.inboundRetry
+}
+
 // meshSettings are what generation reads of the mesh config. A scoped
 // mesh shares its full mesh's: one value, so that no setting can be
 // left behind when a scope is made.
@@ -365,11 +377,17 @@ type meshSettings struct {
 	defaultPolicy *meshv1alpha1.MeshConfig_DefaultTrafficPolicy
 	// localityLB is the mesh config's localityLbSetting, or nil.
 	localityLB *networkingv1.LocalityLoadBalancerSetting
+	// retry and inboundRetry are the mesh config's defaultHttpRetryPolicy
+	// and defaultInboundHttpRetryPolicy, or nil.
+	retry, inboundRetry *networkingv1.HTTPRetry
 }
 
 // noSettings are those of meshes made by [NewMesh]: none set.
 var noSettings = &meshSettings{}
 
 func settingsOf(c *meshconfig.MeshConfig) *meshSettings {
-	return &meshSettings{defaultPolicy: c.DefaultTrafficPolicy(), localityLB: c.LocalityLbSetting()}
+	return &meshSettings{
+		defaultPolicy: c.DefaultTrafficPolicy(), localityLB: c.LocalityLbSetting(),
+		retry: c.DefaultHTTPRetryPolicy(), inboundRetry: c.DefaultInboundHTTPRetryPolicy(),
+	}
 }

@@ -7,6 +7,8 @@ import (
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/pilotwire/pilotwire/pkg/model"
 )
 
 // The inbound side of a sidecar, after Istio's without mTLS (pilotwire
@@ -21,7 +23,7 @@ import (
 //   - A connection to 15006 itself is dropped (virtualInbound-blackhole).
 
 // virtualInbound builds the listener for what in serves (nil: nothing).
-func virtualInbound(in *inbound) *listenerv3.Listener {
+func virtualInbound(m *model.Mesh, in *inbound) *listenerv3.Listener {
 	chains := []*listenerv3.FilterChain{
 		{
 			Name:             VirtualInboundListener + "-blackhole",
@@ -31,7 +33,7 @@ func virtualInbound(in *inbound) *listenerv3.Listener {
 		{
 			Name:             VirtualInboundListener + "-catchall-http",
 			FilterChainMatch: httpMatch(0),
-			Filters:          []*listenerv3.Filter{sidecarManager(InboundPassthroughCluster, "", inboundRoute(InboundPassthroughCluster, 0), false)},
+			Filters:          []*listenerv3.Filter{sidecarManager(InboundPassthroughCluster, "", inboundRoute(m, InboundPassthroughCluster, 0, false), false)},
 		},
 		{
 			Name:             VirtualInboundListener,
@@ -46,7 +48,7 @@ func virtualInbound(in *inbound) *listenerv3.Listener {
 		httpChain := &listenerv3.FilterChain{
 			Name:             name,
 			FilterChainMatch: &listenerv3.FilterChainMatch{DestinationPort: wrapperspb.UInt32(uint32(ip.target)), TransportProtocol: rawBuffer},
-			Filters:          []*listenerv3.Filter{sidecarManager("inbound_"+name, "", inboundRoute(cluster, ip.port.Port), ip.proto == protoHTTP2)},
+			Filters:          []*listenerv3.Filter{sidecarManager("inbound_"+name, "", inboundRoute(m, cluster, ip.port.Port, isGRPC(ip.port)), ip.proto == protoHTTP2)},
 		}
 		tcpChain := &listenerv3.FilterChain{
 			Name:             name,
@@ -102,9 +104,12 @@ func portsPredicate(ports []int32) *listenerv3.ListenerFilterChainMatchPredicate
 
 // inboundRoute sends every request to cluster, with no timeout: the
 // client's sidecar applies the route's timeout. Its virtual host is named
-// inbound|http|<servicePort>, as Istio's.
-func inboundRoute(cluster string, servicePort int32) *routev3.RouteConfiguration {
+// inbound|http|<servicePort>, as Istio's. A request the application's
+// connection reset before reading it is retried, except on gRPC ports
+// (inboundRetryPolicy).
+func inboundRoute(m *model.Mesh, cluster string, servicePort int32, grpc bool) *routev3.RouteConfiguration {
 	r := defaultRoute(cluster, noTimeout)
+	r.GetRoute().RetryPolicy = inboundRetryPolicy(m, grpc)
 	r.GetRoute().MaxStreamDuration = &routev3.RouteAction_MaxStreamDuration{
 		MaxStreamDuration:    durationpb.New(0),
 		GrpcTimeoutHeaderMax: durationpb.New(0),

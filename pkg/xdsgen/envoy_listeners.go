@@ -68,7 +68,7 @@ func envoyListenerSet(m *model.Mesh, in *inbound, mode meshconfig.Mode, ns strin
 		return nil, err
 	}
 	all = append(all, headless...)
-	vi, err := newResource(VirtualInboundListener, virtualInbound(in))
+	vi, err := newResource(VirtualInboundListener, virtualInbound(m, in))
 	if err != nil {
 		return nil, err
 	}

@@ -116,9 +116,10 @@ func portRoute(m *model.Mesh, key routeKey, labels map[string]string) (*Resource
 			// service by hostname keeps it.
 			if slices.ContainsFunc(vh.Domains, func(d string) bool { return claimed[d] }) {
 				vh = &routev3.VirtualHost{
-					Name:    vh.Name,
-					Domains: slices.DeleteFunc(slices.Clone(vh.Domains), func(d string) bool { return claimed[d] }),
-					Routes:  vh.Routes,
+					Name:                       vh.Name,
+					Domains:                    slices.DeleteFunc(slices.Clone(vh.Domains), func(d string) bool { return claimed[d] }),
+					Routes:                     vh.Routes,
+					IncludeRequestAttemptCount: vh.IncludeRequestAttemptCount,
 				}
 			}
 			for _, d := range vh.Domains {
@@ -152,9 +153,10 @@ func serviceVirtualHost(m *model.Mesh, svc *model.Service, p *model.Port, same b
 	}
 	return svc.ConfigMemo(k, func() any {
 		return &routev3.VirtualHost{
-			Name:    svc.Hostname + ":" + portString(p.Port),
-			Domains: serviceDomains(svc, same),
-			Routes:  serviceRoutes(m, svc, p, dr, sr),
+			Name:                       svc.Hostname + ":" + portString(p.Port),
+			Domains:                    serviceDomains(svc, same),
+			Routes:                     serviceRoutes(m, svc, p, dr, sr),
+			IncludeRequestAttemptCount: true,
 		}
 	}).(*routev3.VirtualHost)
 }
@@ -210,11 +212,12 @@ func catchAllHost(mode meshconfig.Mode) *routev3.VirtualHost {
 				Match:  &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}},
 				Action: &routev3.Route_DirectResponse{DirectResponse: &routev3.DirectResponseAction{Status: 502}},
 			}},
+			IncludeRequestAttemptCount: true,
 		}
 	}
 	r := defaultRoute(PassthroughCluster, noTimeout)
 	r.Name = "allow_any"
-	return &routev3.VirtualHost{Name: "allow_any", Domains: []string{"*"}, Routes: []*routev3.Route{r}}
+	return &routev3.VirtualHost{Name: "allow_any", Domains: []string{"*"}, Routes: []*routev3.Route{r}, IncludeRequestAttemptCount: true}
 }
 
 // sniffedRouteSet is the route configurations of every service's sniffed
@@ -263,9 +266,10 @@ func sniffedRoutes(m *model.Mesh, svc *model.Service, dr *model.DestinationRule,
 		rc := &routev3.RouteConfiguration{
 			Name: name,
 			VirtualHosts: []*routev3.VirtualHost{{
-				Name:    name,
-				Domains: []string{"*"},
-				Routes:  serviceRoutes(m, svc, p, dr, sr),
+				Name:                       name,
+				Domains:                    []string{"*"},
+				Routes:                     serviceRoutes(m, svc, p, dr, sr),
+				IncludeRequestAttemptCount: true,
 			}},
 			ValidateClusters:               wrapperspb.Bool(false),
 			MaxDirectResponseBodySizeBytes: wrapperspb.UInt32(1 << 20),
@@ -286,5 +290,7 @@ func serviceRoute(m *model.Mesh, svc *model.Service, p *model.Port, dr *model.De
 	if dr != nil {
 		r.GetRoute().HashPolicy = hashPolicy(m.TrafficPolicy(dr, p.Port, "").GetLoadBalancer())
 	}
+	// Istio's default route keeps previous_hosts even with a hash policy.
+	r.GetRoute().RetryPolicy = retryPolicy(m, nil, false, false)
 	return r
 }

@@ -13,7 +13,6 @@ import (
 	corsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/cors/v3"
 	faultv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/fault/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
-	previoushostsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/retry/host/previous_hosts/v3"
 	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/protobuf/proto"
@@ -324,7 +323,9 @@ func routeAction(m *model.Mesh, h *networkingv1.HTTPRoute, c routeCtx, out *rout
 			}
 		}
 	}
-	a.RetryPolicy = retryPolicy(h.GetRetries(), hashed, c.grpc)
+	// Istio keeps other hosts out of retries only for a single hashed
+	// destination.
+	a.RetryPolicy = retryPolicy(m, h.GetRetries(), hashed && len(dests) == 1, c.grpc)
 	return a
 }
 
@@ -379,66 +380,6 @@ func mirrorPolicies(m *model.Mesh, h *networkingv1.HTTPRoute, port int32) []*rou
 
 func millionths(pct float64) *typev3.FractionalPercent {
 	return &typev3.FractionalPercent{Numerator: uint32(pct * 10000), Denominator: typev3.FractionalPercent_MILLION}
-}
-
-// Istio's retry defaults for a policy that leaves them unset.
-const defaultRetryOn = "connect-failure,refused-stream,unavailable,cancelled,retriable-status-codes"
-
-var previousHosts = []*routev3.RetryPolicy_RetryHostPredicate{{
-	Name:       "envoy.retry_host_predicates.previous_hosts",
-	ConfigType: &routev3.RetryPolicy_RetryHostPredicate_TypedConfig{TypedConfig: mustAny(&previoushostsv3.PreviousHostsPredicate{})},
-}}
-
-// retryPolicy translates retries; nil leaves the route without retries
-// (as pilotwire's default routes: Istio's mesh-wide default retry policy
-// is not applied yet), and attempts 0 disables them.
-func retryPolicy(in *networkingv1.HTTPRetry, hashed, grpc bool) *routev3.RetryPolicy {
-	if in == nil || in.GetAttempts() <= 0 {
-		return nil
-	}
-	out := &routev3.RetryPolicy{NumRetries: wrapperspb.UInt32(uint32(in.GetAttempts())), RetryOn: defaultRetryOn}
-	if in.GetRetryOn() != "" {
-		out.RetryOn, out.RetriableStatusCodes = parseRetryOn(in.GetRetryOn())
-		if len(out.RetriableStatusCodes) > 0 && !strings.Contains(out.RetryOn, "retriable-status-codes") {
-			out.RetryOn += ",retriable-status-codes"
-		}
-	}
-	if in.GetBackoff() != nil {
-		out.RetryBackOff = &routev3.RetryPolicy_RetryBackOff{BaseInterval: in.GetBackoff()}
-	}
-	if grpc {
-		// grpc-go reads retry_on (gRPC codes), num_retries and the back-off.
-		return out
-	}
-	out.HostSelectionRetryMaxAttempts = 5
-	out.PerTryTimeout = in.GetPerTryTimeout()
-	ignore := !hashed
-	if in.GetRetryIgnorePreviousHosts() != nil {
-		ignore = in.GetRetryIgnorePreviousHosts().GetValue()
-	}
-	if ignore {
-		out.RetryHostPredicate = previousHosts
-	}
-	return out
-}
-
-// parseRetryOn splits Istio's retryOn into Envoy's conditions and
-// retriable status codes (the numbers among them).
-func parseRetryOn(s string) (string, []uint32) {
-	var on []string
-	var codes []uint32
-	for _, p := range strings.Split(s, ",") {
-		p = strings.TrimSpace(p)
-		if p == "" {
-			continue
-		}
-		if n, err := strconv.ParseUint(p, 10, 32); err == nil {
-			codes = append(codes, uint32(n))
-			continue
-		}
-		on = append(on, p)
-	}
-	return strings.Join(on, ","), codes
 }
 
 func applyRedirect(out *routev3.Route, r *networkingv1.HTTPRedirect, c routeCtx) {

@@ -301,7 +301,7 @@ func routerRoute(m *model.Mesh, ns, name string, servers []serverOn) (*Resource,
 			for _, h := range b.hosts {
 				vh := vhosts[h]
 				if vh == nil {
-					vh = &routev3.VirtualHost{Name: h + ":" + portString(port), Domains: []string{h}}
+					vh = &routev3.VirtualHost{Name: h + ":" + portString(port), Domains: []string{h}, IncludeRequestAttemptCount: true}
 					vhosts[h] = vh
 				}
 				vh.Routes = append(vh.Routes, routes...)
@@ -316,7 +316,7 @@ func routerRoute(m *model.Mesh, ns, name string, servers []serverOn) (*Resource,
 			}
 			_, h := splitServerHost(sh)
 			if vhosts[h] == nil {
-				vhosts[h] = &routev3.VirtualHost{Name: h + ":" + portString(port), Domains: []string{h}}
+				vhosts[h] = &routev3.VirtualHost{Name: h + ":" + portString(port), Domains: []string{h}, IncludeRequestAttemptCount: true}
 			}
 			vhosts[h].RequireTls = routev3.VirtualHost_ALL
 		}

@@ -314,9 +314,13 @@ func TestGRPCResources(t *testing.T) {
 			Name:    target,
 			Domains: []string{target, "web.shop.svc.cluster.local"},
 			Routes: []*routev3.Route{{
-				Name:   "default",
-				Match:  &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}},
-				Action: &routev3.Route_Route{Route: &routev3.RouteAction{ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: cluster}}},
+				Name:  "default",
+				Match: &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}},
+				Action: &routev3.Route_Route{Route: &routev3.RouteAction{
+					ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: cluster},
+					// Istio's default retries, as far as grpc-go reads them.
+					RetryPolicy: &routev3.RetryPolicy{NumRetries: wrapperspb.UInt32(2), RetryOn: "connect-failure,refused-stream,unavailable,cancelled,retriable-status-codes"},
+				}},
 			}},
 		}},
 	}

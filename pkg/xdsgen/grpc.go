@@ -156,6 +156,7 @@ func grpcRoutes(m *model.Mesh, svc *model.Service, dr *model.DestinationRule, sr
 			if dr != nil {
 				route.GetRoute().HashPolicy = grpcHashPolicy(m.TrafficPolicy(dr, p.Port, "").GetLoadBalancer())
 			}
+			route.GetRoute().RetryPolicy = retryPolicy(m, nil, false, true)
 			routes = []*routev3.Route{route}
 		}
 		rc := &routev3.RouteConfiguration{

@@ -34,6 +34,17 @@ func (p protocol) isHTTP() bool { return p == protoHTTP || p == protoHTTP2 }
 // httpOrSniffed reports whether HTTP may arrive on the port.
 func (p protocol) httpOrSniffed() bool { return p.isHTTP() || p == protoAuto }
 
+// isGRPC reports whether Istio reads the port as gRPC or gRPC-Web (its
+// protocol.IsGRPC): appProtocol, else the port name, up to the first '-'.
+func isGRPC(p *model.Port) bool {
+	name := p.Name
+	if p.AppProtocol != "" {
+		name = p.AppProtocol
+	}
+	prefix, _, _ := strings.Cut(strings.ToLower(name), "-")
+	return prefix == "grpc"
+}
+
 // wellKnownTCP are ports Istio treats as TCP when their name says nothing.
 var wellKnownTCP = map[int32]bool{25: true, 53: true, 3306: true, 27017: true}
 

@@ -450,15 +450,26 @@ func validRule(spec *networkingv1.DestinationRule) (*networkingv1.DestinationRul
 	}
 	portProblem("", spec.GetTrafficPolicy())
 	tlsProblem("", spec.GetTrafficPolicy())
-	for _, s := range keep {
-		portProblem(fmt.Sprintf("subset %q: ", s.GetName()), s.GetTrafficPolicy())
-		tlsProblem(fmt.Sprintf("subset %q: ", s.GetName()), s.GetTrafficPolicy())
+	tp, invalid := trafficPolicyProblems("trafficPolicy.", spec.GetTrafficPolicy())
+	problems = append(problems, invalid...)
+	for i, s := range keep {
+		where := fmt.Sprintf("subset %q: ", s.GetName())
+		portProblem(where, s.GetTrafficPolicy())
+		tlsProblem(where, s.GetTrafficPolicy())
+		stp, invalid := trafficPolicyProblems("trafficPolicy.", s.GetTrafficPolicy())
+		for _, p := range invalid {
+			problems = append(problems, where+p)
+		}
+		if stp != s.GetTrafficPolicy() {
+			keep[i] = &networkingv1.Subset{Name: s.GetName(), Labels: s.GetLabels(), TrafficPolicy: stp}
+		}
 	}
 	if len(problems) == 0 {
 		return spec, nil
 	}
 	out := proto.Clone(spec).(*networkingv1.DestinationRule)
 	out.Subsets = keep
+	out.TrafficPolicy = tp
 	return out, problems
 }
 

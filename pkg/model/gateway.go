@@ -3,6 +3,7 @@ package model
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	networkingv1 "istio.io/api/networking/v1"
@@ -60,6 +61,15 @@ func serverProblem(s *networkingv1.Server) string {
 		return fmt.Sprintf("port %d is not a port number", p.GetNumber())
 	case len(s.GetHosts()) == 0:
 		return "no hosts"
+	}
+	for i, h := range s.GetHosts() {
+		// namespace/host: the namespace part selects VirtualServices.
+		if _, host, ok := strings.Cut(h, "/"); ok {
+			h = host
+		}
+		if why := checkHost(fmt.Sprintf("hosts[%d]", i), h); why != "" {
+			return why
+		}
 	}
 	switch ServerProtocol(s) {
 	case "HTTPS", "TLS":

@@ -89,6 +89,9 @@ func buildServiceEntries(src entrySources) (map[string]*Service, []Problem) {
 			case host == "" || host == "*":
 				report("host %q is not a service host: ignored", host)
 				continue
+			case checkHost("host", host) != "":
+				report("%s: ignored", checkHost("host", host))
+				continue
 			case src.taken(host):
 				report("host %s is a Kubernetes Service's: ignored", host)
 				continue

@@ -406,6 +406,10 @@ func validRoutes(spec *networkingv1.VirtualService, report func(string, ...any))
 			report("http[%d]: only one of route, redirect and directResponse may be set: route ignored", i)
 			continue
 		}
+		if why := httpRouteProblem(fmt.Sprintf("http[%d]", i), h); why != "" {
+			report("%s: route ignored", why)
+			continue
+		}
 		bad := false
 		for j, d := range h.GetRoute() {
 			if d.GetDestination().GetHost() == "" {

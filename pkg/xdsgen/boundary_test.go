@@ -1,0 +1,284 @@
+package xdsgen
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	gocmp "github.com/google/go-cmp/cmp"
+	"sigs.k8s.io/yaml"
+
+	"github.com/pilotwire/pilotwire/pkg/model"
+	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
+)
+
+// boundaryProxies are the proxies TestBoundaryValuesValidate generates
+// for: sidecars with and without an inbound side, a gateway and a
+// proxyless gRPC client, in the namespaces the testdata uses.
+var boundaryProxies = []Proxy{
+	{Generator: Envoy, Namespace: "default", Labels: map[string]string{"app": "client"}},
+	{Generator: Envoy, Namespace: "app", IP: "10.0.0.1"},
+	{Generator: Envoy, Type: Router, Namespace: "istio-system", Labels: map[string]string{"istio": "ingressgateway"}},
+	{Generator: GRPC, Namespace: "default"},
+	{Generator: GRPC, Namespace: "app"},
+}
+
+var durationValue = regexp.MustCompile(`^[0-9.]+(ns|us|ms|s|m|h)$`)
+
+// boundaryValues are the values a leaf of an Istio spec is replaced with:
+// zero, negative and out-of-range numbers and durations, empty strings and
+// strings no header or path may hold.
+func boundaryValues(v any) []any {
+	switch x := v.(type) {
+	case float64:
+		return []any{0.0, -1.0, 4294967295.0, 1e15}
+	case bool:
+		return []any{!x}
+	case string:
+		if durationValue.MatchString(x) {
+			return []any{"0s", "0.0000001s", "-1s", "315576000000s"}
+		}
+		return []any{"", "a b\n\x00", "(("}
+	}
+	return nil
+}
+
+// badKeys replace the keys of maps (header names, label keys, and field
+// names, which decoding then drops).
+var badKeys = []string{"", "x\nsplit"}
+
+// leafPaths lists the paths of every scalar below v, and keyPaths those
+// of every map key, in a stable order.
+func leafPaths(v any, path []any, out, keyPaths *[][]any) {
+	switch x := v.(type) {
+	case map[string]any:
+		keys := make([]string, 0, len(x))
+		for k := range x {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		for _, k := range keys {
+			p := append(slices.Clone(path), k)
+			*keyPaths = append(*keyPaths, p)
+			leafPaths(x[k], p, out, keyPaths)
+		}
+	case []any:
+		for i, e := range x {
+			leafPaths(e, append(slices.Clone(path), i), out, keyPaths)
+		}
+	default:
+		*out = append(*out, path)
+	}
+}
+
+// renameKey renames the key at path (a map key) to key, and returns the
+// function that undoes it.
+func renameKey(v any, path []any, key string) func() {
+	parent := getPath(v, path[:len(path)-1]).(map[string]any)
+	old := path[len(path)-1].(string)
+	val := parent[old]
+	prev, had := parent[key]
+	delete(parent, old)
+	parent[key] = val
+	return func() {
+		delete(parent, key)
+		if had {
+			parent[key] = prev
+		}
+		parent[old] = val
+	}
+}
+
+func getPath(v any, path []any) any {
+	for _, p := range path {
+		switch k := p.(type) {
+		case string:
+			v = v.(map[string]any)[k]
+		case int:
+			v = v.([]any)[k]
+		}
+	}
+	return v
+}
+
+func setPath(v any, path []any, val any) {
+	parent := getPath(v, path[:len(path)-1])
+	switch k := path[len(path)-1].(type) {
+	case string:
+		parent.(map[string]any)[k] = val
+	case int:
+		parent.([]any)[k] = val
+	}
+}
+
+type boundaryDoc struct {
+	ref *pb.ObjectRef
+	obj map[string]any
+}
+
+func readDocs(t *testing.T, path string) []boundaryDoc {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []boundaryDoc
+	for i, doc := range strings.Split(string(data), "\n---\n") {
+		js, err := yaml.YAMLToJSON([]byte(doc))
+		if err != nil {
+			t.Fatalf("%s document %d: %v", path, i, err)
+		}
+		var obj map[string]any
+		if err := json.Unmarshal(js, &obj); err != nil {
+			t.Fatalf("%s document %d: %v", path, i, err)
+		}
+		meta, _ := obj["metadata"].(map[string]any)
+		name, _ := meta["name"].(string)
+		ns, _ := meta["namespace"].(string)
+		apiVersion, _ := obj["apiVersion"].(string)
+		kind, _ := obj["kind"].(string)
+		group, version, found := strings.Cut(apiVersion, "/")
+		if !found {
+			group, version = "", apiVersion
+		}
+		out = append(out, boundaryDoc{ref: &pb.ObjectRef{Group: group, Version: version, Kind: kind, Namespace: ns, Name: name}, obj: obj})
+	}
+	return out
+}
+
+// boundaryMesh applies docs as change records of cluster c1. A document
+// that does not decode is one the mesh reports and ignores (the store
+// returns its error and goes on); strict fails the test on it.
+func boundaryMesh(t *testing.T, docs []boundaryDoc, strict bool) *model.Mesh {
+	t.Helper()
+	s := model.NewStore()
+	for i, d := range docs {
+		js, err := json.Marshal(d.obj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Apply(&pb.ChangeRecord{Cluster: "c1", Op: pb.Op_OP_ADD, Object: js, Ref: d.ref}, uint64(i+1)); err != nil && strict {
+			t.Fatalf("document %d: %v", i, err)
+		}
+	}
+	return s.Snapshot()
+}
+
+// invalidResources generates every type for every boundary proxy and
+// returns what fails Envoy's own validation.
+func invalidResources(t *testing.T, m *model.Mesh) []string {
+	t.Helper()
+	var out []string
+	for _, p := range boundaryProxies {
+		for _, typeURL := range TypeURLs() {
+			set, err := GenerateFor(m, p, typeURL)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range set.Resources {
+				if err := validateDeep(r.Msg); err != nil {
+					out = append(out, fmt.Sprintf("%v %s: %v", p.Generator, r.Name, err))
+				}
+			}
+		}
+	}
+	return out
+}
+
+// TestBoundaryValuesValidate replaces, one at a time, every scalar of the
+// spec of every Istio and Gateway API object in the generators' testdata
+// with zero, negative, out-of-range, empty and malformed values, and
+// asserts that every resource generated from the result still passes
+// Envoy's validation: one bad field of one object must never make a
+// proxy reject a whole type (every cluster, every route) for everyone.
+// What the mesh cannot translate it reports as a problem.
+func TestBoundaryValuesValidate(t *testing.T) {
+	inputs, err := filepath.Glob(filepath.Join("testdata", "*", "*.yaml"))
+	if err != nil || len(inputs) == 0 {
+		t.Fatalf("no inputs: %v", err)
+	}
+	var mutated atomic.Int64
+	t.Cleanup(func() { t.Logf("%d mutations", mutated.Load()) })
+	for _, in := range inputs {
+		t.Run(filepath.Base(filepath.Dir(in))+"/"+filepath.Base(in), func(t *testing.T) {
+			t.Parallel()
+			docs := readDocs(t, in)
+			if bad := invalidResources(t, boundaryMesh(t, docs, true)); len(bad) > 0 {
+				t.Fatalf("the unmutated input generates invalid resources:\n%s", strings.Join(bad, "\n"))
+			}
+			for _, d := range docs {
+				if !strings.Contains(d.ref.Group, "istio.io") && !strings.Contains(d.ref.Group, "gateway.networking.k8s.io") {
+					continue
+				}
+				var paths, keyPaths [][]any
+				leafPaths(d.obj["spec"], []any{"spec"}, &paths, &keyPaths)
+				for _, path := range keyPaths {
+					for _, key := range badKeys {
+						mutated.Add(1)
+						undo := renameKey(d.obj, path, key)
+						bad := invalidResources(t, boundaryMesh(t, docs, false))
+						undo()
+						if len(bad) > 0 {
+							t.Errorf("%s %s %v renamed %q:\n  %s", d.ref.Kind, d.ref.Name, path, key, strings.Join(bad, "\n  "))
+						}
+					}
+				}
+				for _, path := range paths {
+					orig := getPath(d.obj, path)
+					for _, val := range boundaryValues(orig) {
+						mutated.Add(1)
+						setPath(d.obj, path, val)
+						bad := invalidResources(t, boundaryMesh(t, docs, false))
+						setPath(d.obj, path, orig)
+						if len(bad) > 0 {
+							t.Errorf("%s %s %v = %q:\n  %s", d.ref.Kind, d.ref.Name, path, fmt.Sprint(val), strings.Join(bad, "\n  "))
+						}
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestInvalidValuesReported pins what the model makes of a VirtualService
+// and a DestinationRule full of values Istio's webhook would refuse: each
+// route or policy part a proxy would reject is left out and reported, and
+// what remains validates (TestBoundaryValuesValidate reads the same file).
+func TestInvalidValuesReported(t *testing.T) {
+	m := manifestStore(t, filepath.Join("testdata", "invalid", "values.yaml")).Snapshot()
+	want := []string{
+		"c1/DestinationRule/app/web: trafficPolicy.connectionPool.tcp.connectTimeout: duration 0s is below 1ms: trafficPolicy.connectionPool ignored",
+		"c1/DestinationRule/app/web: trafficPolicy.loadBalancer.consistentHash.httpHeaderName: header name is empty: trafficPolicy.loadBalancer ignored",
+		"c1/DestinationRule/app/web: trafficPolicy.outlierDetection.interval: duration 0s is below 1ms: trafficPolicy.outlierDetection ignored",
+		`c1/VirtualService/app/web: http[0].match[0].headers: "bad header" is not a valid header name: route ignored`,
+		"c1/VirtualService/app/web: http[1].match[0].uri.regex: error parsing regexp: missing closing ): `((` (RE2 syntax): route ignored",
+		"c1/VirtualService/app/web: http[2].directResponse.status: HTTP status 42 is not in 200-599: route ignored",
+		`c1/VirtualService/app/web: http[3].rewrite.uri: "bad\nvalue" holds a control character: route ignored`,
+	}
+	var got []string
+	for _, p := range m.Problems() {
+		if !strings.Contains(p.Reason, "proxyless gRPC") {
+			got = append(got, p.Object+": "+p.Reason)
+		}
+	}
+	if diff := gocmp.Diff(want, got); diff != "" {
+		t.Errorf("problems (-want +got):\n%s", diff)
+	}
+	// Nothing of the DestinationRule that is valid is lost.
+	c := msg[*clusterv3.Cluster](t, generate(t, m, Envoy, resource.ClusterType), "outbound|80||web.app.svc.cluster.local")
+	if c.GetConnectTimeout().AsDuration() != ConnectTimeout || c.GetOutlierDetection() != nil || c.GetLbPolicy() == clusterv3.Cluster_RING_HASH {
+		t.Errorf("cluster keeps an ignored setting: connect timeout %v, outlier detection %v, lb policy %v",
+			c.GetConnectTimeout().AsDuration(), c.GetOutlierDetection(), c.GetLbPolicy())
+	}
+	if bad := invalidResources(t, m); len(bad) > 0 {
+		t.Errorf("invalid resources:\n%s", strings.Join(bad, "\n"))
+	}
+}

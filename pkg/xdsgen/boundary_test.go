@@ -193,9 +193,10 @@ func invalidResources(t *testing.T, m *model.Mesh) []string {
 	return out
 }
 
-// TestBoundaryValuesValidate replaces, one at a time, every scalar of the
-// spec of every Istio and Gateway API object in the generators' testdata
-// with zero, negative, out-of-range, empty and malformed values, and
+// TestBoundaryValuesValidate replaces, one at a time, every scalar and map
+// key of the spec of every Istio and Gateway API object in the generators'
+// and the Gateway API translator's testdata with zero, negative,
+// out-of-range, empty and malformed values, and
 // asserts that every resource generated from the result still passes
 // Envoy's validation: one bad field of one object must never make a
 // proxy reject a whole type (every cluster, every route) for everyone.
@@ -205,6 +206,11 @@ func TestBoundaryValuesValidate(t *testing.T) {
 	if err != nil || len(inputs) == 0 {
 		t.Fatalf("no inputs: %v", err)
 	}
+	gatewayAPI, err := filepath.Glob(filepath.Join("..", "gatewayapi", "testdata", "*.yaml"))
+	if err != nil || len(gatewayAPI) == 0 {
+		t.Fatalf("no Gateway API inputs: %v", err)
+	}
+	inputs = append(inputs, gatewayAPI...)
 	var mutated atomic.Int64
 	t.Cleanup(func() { t.Logf("%d mutations", mutated.Load()) })
 	for _, in := range inputs {

@@ -127,9 +127,7 @@ func publishChange(ctx context.Context, t *testing.T, js jetstream.JetStream, i 
 	}
 	b, _ := json.Marshal(obj)
 	data, _ := proto.Marshal(&pb.ChangeRecord{Cluster: "c1", Ref: ref, Op: pb.Op_OP_UPDATE, Object: b, ResourceVersion: fmt.Sprint(i)})
-	if _, err := js.PublishAsync(names.ChangeSubject("c1", ref), data); err != nil {
-		t.Fatal(err)
-	}
+	natstest.PublishAsync(t, js, names.ChangeSubject("c1", ref), data)
 }
 
 // pushRequests reads every PushRequest in the stream.

@@ -41,9 +41,7 @@ func BenchmarkRebuildIndex(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if _, err := js.PublishAsync(names.ChangeSubject("c1", ref), data); err != nil {
-			b.Fatal(err)
-		}
+		natstest.PublishAsync(b, js, names.ChangeSubject("c1", ref), data)
 	}
 	for s := range slices {
 		pods := make([]string, perSlice)

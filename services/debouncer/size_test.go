@@ -28,9 +28,7 @@ func publishPod(t *testing.T, js jetstream.JetStream, i int) {
 	ref := &pb.ObjectRef{Version: "v1", Kind: "Pod", Namespace: "ns", Name: name}
 	obj, _ := json.Marshal(map[string]any{"metadata": map[string]any{"name": name, "namespace": "ns"}})
 	data, _ := proto.Marshal(&pb.ChangeRecord{Cluster: "c1", Ref: ref, Op: pb.Op_OP_UPDATE, Object: obj, ResourceVersion: fmt.Sprint(i)})
-	if _, err := js.PublishAsync(names.ChangeSubject("c1", ref), data); err != nil {
-		t.Fatal(err)
-	}
+	natstest.PublishAsync(t, js, names.ChangeSubject("c1", ref), data)
 }
 
 // TestOversizedRequestBecomesFull (issue 12 row 2): 8,000 Pods in one

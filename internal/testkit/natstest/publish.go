@@ -2,7 +2,9 @@ package natstest
 
 import (
 	"context"
+	"errors"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
@@ -24,11 +26,7 @@ func PublishRecords(t testing.TB, js jetstream.JetStream, names bus.Names, recs 
 		if err != nil {
 			t.Fatal(err)
 		}
-		a, err := js.PublishAsync(names.ChangeSubject(r.GetCluster(), r.GetRef()), data)
-		if err != nil {
-			t.Fatal(err)
-		}
-		acks = append(acks, a)
+		acks = append(acks, PublishAsync(t, js, names.ChangeSubject(r.GetCluster(), r.GetRef()), data))
 	}
 	for _, a := range acks {
 		select {
@@ -38,5 +36,29 @@ func PublishRecords(t testing.TB, js jetstream.JetStream, names bus.Names, recs 
 		case <-ctx.Done():
 			t.Fatalf("acks of %d records: %v", len(recs), ctx.Err())
 		}
+	}
+}
+
+// PublishAsync publishes data on subject asynchronously. When as many
+// publishes as the JetStream context allows await their acks for longer
+// than nats.go waits for a free slot (a slow or busy server), it waits for
+// them, within testutil.DefaultTimeout, then publishes data, which nats.go
+// did not send.
+func PublishAsync(t testing.TB, js jetstream.JetStream, subject string, data []byte) jetstream.PubAckFuture {
+	t.Helper()
+	for {
+		a, err := js.PublishAsync(subject, data)
+		if errors.Is(err, jetstream.ErrTooManyStalledMsgs) {
+			select {
+			case <-js.PublishAsyncComplete():
+			case <-time.After(testutil.DefaultTimeout):
+				t.Fatalf("publish to %s: %d publishes still await their acks after %v", subject, js.PublishAsyncPending(), testutil.DefaultTimeout)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a
 	}
 }

@@ -194,8 +194,9 @@ func invalidResources(t *testing.T, m *model.Mesh) []string {
 }
 
 // TestBoundaryValuesValidate replaces, one at a time, every scalar and map
-// key of the spec of every Istio and Gateway API object in the generators'
-// and the Gateway API translator's testdata with zero, negative,
+// key of the spec (an EndpointSlice's endpoints and ports), labels and
+// annotations of every object in the generators' and the Gateway API
+// translator's testdata with zero, negative,
 // out-of-range, empty and malformed values, and
 // asserts that every resource generated from the result still passes
 // Envoy's validation: one bad field of one object must never make a
@@ -221,11 +222,19 @@ func TestBoundaryValuesValidate(t *testing.T) {
 				t.Fatalf("the unmutated input generates invalid resources:\n%s", strings.Join(bad, "\n"))
 			}
 			for _, d := range docs {
-				if !strings.Contains(d.ref.Group, "istio.io") && !strings.Contains(d.ref.Group, "gateway.networking.k8s.io") {
-					continue
-				}
 				var paths, keyPaths [][]any
-				leafPaths(d.obj["spec"], []any{"spec"}, &paths, &keyPaths)
+				for _, top := range []string{"spec", "endpoints", "ports"} { // ports and endpoints: an EndpointSlice's
+					if d.obj[top] != nil {
+						leafPaths(d.obj[top], []any{top}, &paths, &keyPaths)
+					}
+				}
+				if meta, ok := d.obj["metadata"].(map[string]any); ok {
+					for _, k := range []string{"labels", "annotations"} {
+						if meta[k] != nil {
+							leafPaths(meta[k], []any{"metadata", k}, &paths, &keyPaths)
+						}
+					}
+				}
 				for _, path := range keyPaths {
 					for _, key := range badKeys {
 						mutated.Add(1)

@@ -461,7 +461,9 @@ func validRule(spec *networkingv1.DestinationRule) (*networkingv1.DestinationRul
 			problems = append(problems, where+p)
 		}
 		if stp != s.GetTrafficPolicy() {
-			keep[i] = &networkingv1.Subset{Name: s.GetName(), Labels: s.GetLabels(), TrafficPolicy: stp}
+			sub := proto.Clone(s).(*networkingv1.Subset)
+			sub.TrafficPolicy = stp
+			keep[i] = sub
 		}
 	}
 	if len(problems) == 0 {

@@ -85,12 +85,13 @@ func buildServiceEntries(src entrySources) (map[string]*Service, []Problem) {
 			}
 		}
 		for _, host := range spec.GetHosts() {
+			badHost := checkHost("host", host)
 			switch {
 			case host == "" || host == "*":
 				report("host %q is not a service host: ignored", host)
 				continue
-			case checkHost("host", host) != "":
-				report("%s: ignored", checkHost("host", host))
+			case badHost != "":
+				report("%s: ignored", badHost)
 				continue
 			case src.taken(host):
 				report("host %s is a Kubernetes Service's: ignored", host)

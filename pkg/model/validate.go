@@ -21,8 +21,8 @@ import (
 // one and Envoy's (protoc-gen-validate constraints and its header
 // formatter) where Istio's lets a value through that Envoy refuses.
 
-// headerNameChars are RFC 7230's token characters, Envoy's and Istio's
-// header names.
+// headerName is an RFC 7230 token (optionally a pseudo-header), what
+// Envoy and Istio take as a header name.
 var headerName = regexp.MustCompile("^:?[-!#$%&'*+.^_`|~0-9A-Za-z]+$")
 
 // maxRegex is the longest regex accepted: Envoy bounds a regex's program

@@ -12,8 +12,14 @@ import (
 	"testing"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	gocmp "github.com/google/go-cmp/cmp"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/known/anypb"
 	"sigs.k8s.io/yaml"
 
 	"github.com/pilotwire/pilotwire/pkg/model"
@@ -183,14 +189,101 @@ func invalidResources(t *testing.T, m *model.Mesh) []string {
 			if err != nil {
 				t.Fatal(err)
 			}
+			names := map[string]bool{}
 			for _, r := range set.Resources {
+				if names[r.Name] {
+					out = append(out, fmt.Sprintf("%v %s: two resources of type %s have this name", p.Generator, r.Name, typeURL))
+				}
+				names[r.Name] = true
 				if err := validateDeep(r.Msg); err != nil {
 					out = append(out, fmt.Sprintf("%v %s: %v", p.Generator, r.Name, err))
+				}
+				for _, why := range loadChecks(r.Msg) {
+					out = append(out, fmt.Sprintf("%v %s: %s", p.Generator, r.Name, why))
 				}
 			}
 		}
 	}
 	return out
+}
+
+// loadChecks are what Envoy checks when it loads a resource beyond its
+// protoc-gen-validate constraints (which validateDeep runs): every regex
+// compiles as RE2 (Go's regexp is RE2's syntax), a route configuration's
+// virtual hosts have unique names and no domain twice, and a listener's
+// filter chains have unique names.
+func loadChecks(m proto.Message) []string {
+	var out []string
+	eachMessage(m, func(m proto.Message) {
+		switch x := m.(type) {
+		case *matcherv3.RegexMatcher:
+			if _, err := regexp.Compile(x.GetRegex()); err != nil {
+				out = append(out, fmt.Sprintf("regex %q does not compile: %v", x.GetRegex(), err))
+			}
+		case *routev3.RouteConfiguration:
+			vhosts, domains := map[string]bool{}, map[string]string{}
+			for _, vh := range x.GetVirtualHosts() {
+				if vhosts[vh.GetName()] {
+					out = append(out, fmt.Sprintf("virtual host %q twice", vh.GetName()))
+				}
+				vhosts[vh.GetName()] = true
+				for _, d := range vh.GetDomains() {
+					if other, ok := domains[strings.ToLower(d)]; ok {
+						out = append(out, fmt.Sprintf("domain %q in virtual hosts %q and %q", d, other, vh.GetName()))
+					}
+					domains[strings.ToLower(d)] = vh.GetName()
+				}
+			}
+		case *listenerv3.Listener:
+			chains := map[string]bool{}
+			for _, fc := range x.GetFilterChains() {
+				if n := fc.GetName(); n != "" {
+					if chains[n] {
+						out = append(out, fmt.Sprintf("filter chain %q twice", n))
+					}
+					chains[n] = true
+				}
+			}
+		}
+	})
+	return out
+}
+
+// eachMessage calls fn on m and every message below it, unpacking Any.
+func eachMessage(m proto.Message, fn func(proto.Message)) {
+	fn(m)
+	m.ProtoReflect().Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		var msgs []protoreflect.Message
+		switch {
+		case fd.IsMap():
+			if fd.MapValue().Message() != nil {
+				v.Map().Range(func(_ protoreflect.MapKey, mv protoreflect.Value) bool {
+					msgs = append(msgs, mv.Message())
+					return true
+				})
+			}
+		case fd.IsList():
+			if fd.Message() != nil {
+				for i := range v.List().Len() {
+					msgs = append(msgs, v.List().Get(i).Message())
+				}
+			}
+		case fd.Message() != nil:
+			msgs = append(msgs, v.Message())
+		}
+		for _, sub := range msgs {
+			inner := sub.Interface()
+			if a, ok := inner.(*anypb.Any); ok {
+				un, err := a.UnmarshalNew()
+				if err != nil {
+					continue // validateDeep reports it
+				}
+				inner = un
+			}
+			eachMessage(inner, fn)
+		}
+		return true
+	})
 }
 
 // TestBoundaryValuesValidate replaces, one at a time, every scalar and map

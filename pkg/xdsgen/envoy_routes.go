@@ -2,6 +2,7 @@ package xdsgen
 
 import (
 	"slices"
+	"strings"
 
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
@@ -16,8 +17,9 @@ import (
 //   - <port> for each HTTP listener 0.0.0.0_<port>: a virtual host
 //     <host>:<port> per service with an HTTP or sniffed port <port>, whose
 //     domains are the names a client in the proxy's namespace may use (the
-//     hostname; name.ns and name.ns.svc; the bare name in the service's own
-//     namespace; for headless services the same under "*."), and the
+//     hostname; for <name>.<ns>.svc.cluster.local hostnames name.ns and
+//     name.ns.svc, and the bare name in namespace ns; for headless
+//     services the same under "*."), and the
 //     cluster IP. Ports in the Host header are ignored
 //     (ignore_port_in_host_matching), so "10.0.0.1:8080" matches
 //     "10.0.0.1". Last comes the catch-all host "*": allow_any to
@@ -77,7 +79,8 @@ func envoyRouteSet(m *model.Mesh, ns string, labels map[string]string, mode mesh
 }
 
 // portNamespaces maps each port to the namespaces with a service having it
-// as an HTTP or sniffed port.
+// as an HTTP or sniffed port, by the namespace in the service's hostname
+// (what its short names depend on).
 func portNamespaces(m *model.Mesh) map[int32]map[string]bool {
 	return m.ConfigMemo(keyPortNamespaces, func() any {
 		out := make(map[int32]map[string]bool)
@@ -87,7 +90,9 @@ func portNamespaces(m *model.Mesh) map[int32]map[string]bool {
 					if out[p.Port] == nil {
 						out[p.Port] = make(map[string]bool)
 					}
-					out[p.Port][svc.Namespace] = true
+					if ns := hostNamespace(svc.Hostname); ns != "" {
+						out[p.Port][ns] = true
+					}
 				}
 				return nil
 			})
@@ -111,7 +116,7 @@ func portRoute(m *model.Mesh, key routeKey, labels map[string]string) (*Resource
 			if p.Port != key.port || !proto.httpOrSniffed() {
 				return nil
 			}
-			vh := serviceVirtualHost(m, svc, p, svc.Namespace == key.ns, m.DestinationRule(key.rules, svc), sidecarRoutes{vs: m.VirtualServiceFor(key.vs, svc.Hostname), key: key, labels: labels})
+			vh := serviceVirtualHost(m, svc, p, hostNamespace(svc.Hostname) == key.ns, m.DestinationRule(key.rules, svc), sidecarRoutes{vs: m.VirtualServiceFor(key.vs, svc.Hostname), key: key, labels: labels})
 			// Envoy rejects a domain twice in one configuration: the first
 			// service by hostname keeps it.
 			if slices.ContainsFunc(vh.Domains, func(d string) bool { return claimed[d] }) {
@@ -179,26 +184,50 @@ var meshGateways = []string{model.MeshGateway}
 var noTimeout = durationpb.New(0)
 
 // serviceDomains returns the names a client may use for a service, as
-// Istio: the hostname; name.ns and name.ns.svc; the bare name from the
-// service's own namespace; for headless services each of these under "*."
-// (pod-0.db.ns...); the cluster IP.
+// Istio: the hostname; for a <name>.<ns>.svc.cluster.local hostname
+// name.ns and name.ns.svc, and the bare name from a client in namespace
+// ns (sameNamespace); for headless services each of these under "*."
+// (pod-0.db.ns...); the cluster IP. Other hostnames (a ServiceEntry's
+// api.example.com) have no shorter names: expanding them could take a
+// name of a Kubernetes service's, and a ServiceEntry's own namespace
+// plays no part in its hostname.
 func serviceDomains(svc *model.Service, sameNamespace bool) []string {
-	nsName := svc.Name + "." + svc.Namespace
 	out := []string{svc.Hostname}
-	if sameNamespace {
-		out = append(out, svc.Name, nsName+".svc", nsName)
-	} else {
-		out = append(out, nsName, nsName+".svc")
+	if name, ns, ok := kubeHostname(svc.Hostname); ok {
+		nsName := name + "." + ns
+		if sameNamespace {
+			out = append(out, name, nsName+".svc", nsName)
+		} else {
+			out = append(out, nsName, nsName+".svc")
+		}
 	}
 	if svc.Headless {
 		for _, d := range slices.Clone(out) {
 			out = append(out, "*."+d)
 		}
 	}
-	if svc.ClusterIP != "" {
+	if svc.ClusterIP != "" && !slices.Contains(out, svc.ClusterIP) {
 		out = append(out, svc.ClusterIP)
 	}
 	return out
+}
+
+// kubeHostname splits a <name>.<ns>.svc.cluster.local hostname (Istio
+// splits at the first dot: the rest is the namespace).
+func kubeHostname(hostname string) (name, ns string, ok bool) {
+	base, ok := strings.CutSuffix(hostname, "."+model.DomainSuffix)
+	if !ok {
+		return "", "", false
+	}
+	name, ns, ok = strings.Cut(base, ".")
+	return name, ns, ok && name != "" && ns != ""
+}
+
+// hostNamespace is the namespace part of a <name>.<ns>.svc.cluster.local
+// hostname, "" for other hostnames.
+func hostNamespace(hostname string) string {
+	_, ns, _ := kubeHostname(hostname)
+	return ns
 }
 
 // catchAllHost takes requests for hosts no service has.

@@ -1,6 +1,8 @@
 package xdsgen
 
 import (
+	"os"
+	"path/filepath"
 	"slices"
 	"testing"
 
@@ -157,4 +159,55 @@ func cmpOr[T comparable](v, def T) T {
 		return def
 	}
 	return v
+}
+
+// TestServiceEntryHostNames: a ServiceEntry's hostname takes shorter names
+// only when it has the form <name>.<ns>.svc.cluster.local, and then from
+// the namespace in the hostname, as Istio's; other hostnames take none.
+// Before, a client in the entry's namespace got the hostname twice in one
+// virtual host (its "bare name"), which Envoy rejects with the whole route
+// configuration, and made-up names such as api.example.com.default.svc.
+func TestServiceEntryHostNames(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "entries.yaml")
+	manifest := `apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: external, namespace: default}
+spec:
+  hosts: [api.example.com]
+  resolution: DNS
+  ports: [{number: 80, name: http, protocol: HTTP}]
+---
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: kube-style, namespace: default}
+spec:
+  hosts: [legacy.billing.svc.cluster.local]
+  addresses: [240.0.0.7]
+  resolution: STATIC
+  ports: [{number: 80, name: http, protocol: HTTP}]
+  endpoints: [{address: 10.9.0.1}]
+`
+	if err := os.WriteFile(path, []byte(manifest), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	m := manifestStore(t, path).Snapshot()
+	for _, tc := range []struct {
+		ns, vhost string
+		want      []string
+	}{
+		{"default", "api.example.com:80", []string{"api.example.com"}},
+		{"billing", "api.example.com:80", []string{"api.example.com"}},
+		{"default", "legacy.billing.svc.cluster.local:80",
+			[]string{"legacy.billing.svc.cluster.local", "legacy.billing", "legacy.billing.svc", "240.0.0.7"}},
+		{"billing", "legacy.billing.svc.cluster.local:80",
+			[]string{"legacy.billing.svc.cluster.local", "legacy", "legacy.billing.svc", "legacy.billing", "240.0.0.7"}},
+	} {
+		set, err := GenerateFor(m, Proxy{Generator: Envoy, Namespace: tc.ns}, resource.RouteType)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := vhostDomains(t, set, "80", tc.vhost); !slices.Equal(got, tc.want) {
+			t.Errorf("client in %s, %s: domains %q, want %q", tc.ns, tc.vhost, got, tc.want)
+		}
+	}
 }

@@ -1,6 +1,7 @@
 package xdsgen
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -14,12 +15,12 @@ import (
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	gocmp "github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/reflect/protoreflect"
-	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 	"sigs.k8s.io/yaml"
 
 	"github.com/pilotwire/pilotwire/pkg/model"
@@ -184,11 +185,8 @@ func invalidResources(t *testing.T, m *model.Mesh) []string {
 	t.Helper()
 	var out []string
 	for _, p := range boundaryProxies {
-		for _, typeURL := range TypeURLs() {
-			set, err := GenerateFor(m, p, typeURL)
-			if err != nil {
-				t.Fatal(err)
-			}
+		sets := generateAll(t, m, p)
+		for typeURL, set := range sets {
 			names := map[string]bool{}
 			for _, r := range set.Resources {
 				if names[r.Name] {
@@ -203,6 +201,65 @@ func invalidResources(t *testing.T, m *model.Mesh) []string {
 				}
 			}
 		}
+		for _, why := range crossChecks(sets) {
+			out = append(out, fmt.Sprintf("%v: %s", p.Generator, why))
+		}
+	}
+	return out
+}
+
+// generateAll generates every type for p, by type URL.
+func generateAll(t *testing.T, m *model.Mesh, p Proxy) map[string]*Set {
+	t.Helper()
+	sets := map[string]*Set{}
+	for _, typeURL := range TypeURLs() {
+		set, err := GenerateFor(m, p, typeURL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sets[typeURL] = set
+	}
+	return sets
+}
+
+// crossChecks are what would leave a proxy waiting for a resource it is
+// never sent: a route configuration a listener names, a load assignment an
+// EDS cluster names; and two listeners bound to one address.
+func crossChecks(sets map[string]*Set) []string {
+	has := func(typeURL, name string) bool {
+		for _, r := range sets[typeURL].Resources {
+			if r.Name == name {
+				return true
+			}
+		}
+		return false
+	}
+	var out []string
+	bound := map[string]string{}
+	for _, r := range sets[resource.ListenerType].Resources {
+		l := r.Msg.(*listenerv3.Listener)
+		if a := l.GetAddress().GetSocketAddress(); a != nil && (l.GetBindToPort() == nil || l.GetBindToPort().GetValue()) {
+			addr := fmt.Sprintf("%s:%d", a.GetAddress(), a.GetPortValue())
+			if other, ok := bound[addr]; ok {
+				out = append(out, fmt.Sprintf("listeners %s and %s both bind %s", other, r.Name, addr))
+			}
+			bound[addr] = r.Name
+		}
+		_ = eachMessage(l, func(m proto.Message) error {
+			if rds, ok := m.(*hcmv3.Rds); ok && !has(resource.RouteType, rds.GetRouteConfigName()) {
+				out = append(out, fmt.Sprintf("listener %s names route configuration %q, which is not sent", r.Name, rds.GetRouteConfigName()))
+			}
+			return nil
+		})
+	}
+	for _, r := range sets[resource.ClusterType].Resources {
+		c := r.Msg.(*clusterv3.Cluster)
+		if c.GetType() == clusterv3.Cluster_EDS {
+			name := cmp.Or(c.GetEdsClusterConfig().GetServiceName(), c.GetName())
+			if !has(resource.EndpointType, name) {
+				out = append(out, fmt.Sprintf("cluster %s names load assignment %q, which is not sent", r.Name, name))
+			}
+		}
 	}
 	return out
 }
@@ -214,7 +271,7 @@ func invalidResources(t *testing.T, m *model.Mesh) []string {
 // filter chains have unique names.
 func loadChecks(m proto.Message) []string {
 	var out []string
-	eachMessage(m, func(m proto.Message) {
+	_ = eachMessage(m, func(m proto.Message) error { // validateDeep reports what does not unpack
 		switch x := m.(type) {
 		case *matcherv3.RegexMatcher:
 			if _, err := regexp.Compile(x.GetRegex()); err != nil {
@@ -235,7 +292,7 @@ func loadChecks(m proto.Message) []string {
 				}
 			}
 		case *listenerv3.Listener:
-			chains := map[string]bool{}
+			chains, matches := map[string]bool{}, map[string]string{}
 			for _, fc := range x.GetFilterChains() {
 				if n := fc.GetName(); n != "" {
 					if chains[n] {
@@ -243,47 +300,28 @@ func loadChecks(m proto.Message) []string {
 					}
 					chains[n] = true
 				}
+				b, err := proto.MarshalOptions{Deterministic: true}.Marshal(fc.GetFilterChainMatch())
+				if err != nil {
+					out = append(out, err.Error())
+					continue
+				}
+				if other, ok := matches[string(b)]; ok {
+					out = append(out, fmt.Sprintf("filter chains %q and %q have the same match %v", other, fc.GetName(), fc.GetFilterChainMatch()))
+				}
+				matches[string(b)] = fc.GetName()
+			}
+		case *routev3.WeightedCluster:
+			var sum uint32
+			for _, c := range x.GetClusters() {
+				sum += c.GetWeight().GetValue()
+			}
+			if sum == 0 {
+				out = append(out, "weighted clusters whose weights sum to 0")
 			}
 		}
+		return nil
 	})
 	return out
-}
-
-// eachMessage calls fn on m and every message below it, unpacking Any.
-func eachMessage(m proto.Message, fn func(proto.Message)) {
-	fn(m)
-	m.ProtoReflect().Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
-		var msgs []protoreflect.Message
-		switch {
-		case fd.IsMap():
-			if fd.MapValue().Message() != nil {
-				v.Map().Range(func(_ protoreflect.MapKey, mv protoreflect.Value) bool {
-					msgs = append(msgs, mv.Message())
-					return true
-				})
-			}
-		case fd.IsList():
-			if fd.Message() != nil {
-				for i := range v.List().Len() {
-					msgs = append(msgs, v.List().Get(i).Message())
-				}
-			}
-		case fd.Message() != nil:
-			msgs = append(msgs, v.Message())
-		}
-		for _, sub := range msgs {
-			inner := sub.Interface()
-			if a, ok := inner.(*anypb.Any); ok {
-				un, err := a.UnmarshalNew()
-				if err != nil {
-					continue // validateDeep reports it
-				}
-				inner = un
-			}
-			eachMessage(inner, fn)
-		}
-		return true
-	})
 }
 
 // TestBoundaryValuesValidate replaces, one at a time, every scalar and map
@@ -388,5 +426,31 @@ func TestInvalidValuesReported(t *testing.T) {
 	}
 	if bad := invalidResources(t, m); len(bad) > 0 {
 		t.Errorf("invalid resources:\n%s", strings.Join(bad, "\n"))
+	}
+}
+
+// TestLoadChecksCatch: the checks the boundary test adds to Envoy's
+// validation find what they look for.
+func TestLoadChecksCatch(t *testing.T) {
+	m := manifestStore(t, filepath.Join("testdata", "istio", "serviceentry.yaml")).Snapshot()
+	sets := generateAll(t, m, Proxy{Generator: Envoy, Namespace: "default"})
+	if bad := crossChecks(sets); len(bad) > 0 {
+		t.Fatalf("generated sets fail the cross checks: %q", bad)
+	}
+	full := sets[resource.RouteType]
+	sets[resource.RouteType] = &Set{}
+	sets[resource.EndpointType] = &Set{}
+	bad := crossChecks(sets)
+	if !slices.ContainsFunc(bad, func(s string) bool { return strings.Contains(s, "names route configuration") }) ||
+		!slices.ContainsFunc(bad, func(s string) bool { return strings.Contains(s, "names load assignment") }) {
+		t.Errorf("missing routes and load assignments not reported: %q", bad)
+	}
+	rc := proto.Clone(msg[*routev3.RouteConfiguration](t, full, "80")).(*routev3.RouteConfiguration)
+	rc.VirtualHosts[1].Domains = append(rc.VirtualHosts[1].Domains, rc.VirtualHosts[0].Domains[0])
+	rc.VirtualHosts[1].Routes[0].GetRoute().ClusterSpecifier = &routev3.RouteAction_WeightedClusters{WeightedClusters: &routev3.WeightedCluster{
+		Clusters: []*routev3.WeightedCluster_ClusterWeight{{Name: "a", Weight: wrapperspb.UInt32(0)}}}}
+	rc.VirtualHosts[0].Routes[0].Match.PathSpecifier = &routev3.RouteMatch_SafeRegex{SafeRegex: &matcherv3.RegexMatcher{Regex: "(("}}
+	if got := loadChecks(rc); len(got) != 3 {
+		t.Errorf("load checks of a route configuration with a domain twice, a zero weight sum and a bad regex: %q", got)
 	}
 }

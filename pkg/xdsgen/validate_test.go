@@ -14,23 +14,38 @@ import (
 // validateDeep runs ValidateAll on m and, since protoc-gen-validate does not
 // look inside Any fields, on every message packed in an Any below it.
 func validateDeep(m proto.Message) error {
-	if v, ok := m.(interface{ ValidateAll() error }); ok {
-		if err := v.ValidateAll(); err != nil {
-			return fmt.Errorf("%s: %w", m.ProtoReflect().Descriptor().FullName(), err)
+	return eachMessage(m, func(m proto.Message) error {
+		if v, ok := m.(interface{ ValidateAll() error }); ok {
+			if err := v.ValidateAll(); err != nil {
+				return fmt.Errorf("%s: %w", m.ProtoReflect().Descriptor().FullName(), err)
+			}
 		}
+		return nil
+	})
+}
+
+// eachMessage calls fn on m and every message below it, unpacking Any,
+// until fn returns an error.
+func eachMessage(m proto.Message, fn func(proto.Message) error) error {
+	if err := fn(m); err != nil {
+		return err
 	}
 	var walkErr error
 	m.ProtoReflect().Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
 		var msgs []protoreflect.Message
 		switch {
-		case fd.IsMap() && fd.MapValue().Message() != nil:
-			v.Map().Range(func(_ protoreflect.MapKey, mv protoreflect.Value) bool {
-				msgs = append(msgs, mv.Message())
-				return true
-			})
-		case fd.IsList() && fd.Message() != nil:
-			for i := range v.List().Len() {
-				msgs = append(msgs, v.List().Get(i).Message())
+		case fd.IsMap():
+			if fd.MapValue().Message() != nil {
+				v.Map().Range(func(_ protoreflect.MapKey, mv protoreflect.Value) bool {
+					msgs = append(msgs, mv.Message())
+					return true
+				})
+			}
+		case fd.IsList():
+			if fd.Message() != nil {
+				for i := range v.List().Len() {
+					msgs = append(msgs, v.List().Get(i).Message())
+				}
 			}
 		case fd.Message() != nil:
 			msgs = append(msgs, v.Message())
@@ -45,8 +60,7 @@ func validateDeep(m proto.Message) error {
 				}
 				inner = un
 			}
-			if err := validateDeep(inner); err != nil {
-				walkErr = err
+			if walkErr = eachMessage(inner, fn); walkErr != nil {
 				return false
 			}
 		}

@@ -199,12 +199,72 @@ func invalidResources(t *testing.T, m *model.Mesh) []string {
 				for _, why := range loadChecks(r.Msg) {
 					out = append(out, fmt.Sprintf("%v %s: %s", p.Generator, r.Name, why))
 				}
+				if p.Generator == GRPC {
+					for _, why := range grpcChecks(r.Msg) {
+						out = append(out, fmt.Sprintf("%v %s: %s", p.Generator, r.Name, why))
+					}
+				}
 			}
 		}
 		for _, why := range crossChecks(sets) {
 			out = append(out, fmt.Sprintf("%v: %s", p.Generator, why))
 		}
 	}
+	return out
+}
+
+// grpcChecks are what grpc-go's xDS client refuses beyond Envoy's rules
+// (its internal/xds/xdsclient/xdsresource): cluster load balancing it
+// does not implement, a retry policy without retries or with a zero
+// backoff, a route match other than prefix, path or regex, and an empty
+// prefix, suffix or contains string matcher in a header match.
+func grpcChecks(m proto.Message) []string {
+	var out []string
+	_ = eachMessage(m, func(m proto.Message) error {
+		switch x := m.(type) {
+		case *clusterv3.Cluster:
+			switch x.GetLbPolicy() {
+			case clusterv3.Cluster_ROUND_ROBIN, clusterv3.Cluster_LEAST_REQUEST:
+			case clusterv3.Cluster_RING_HASH:
+				if f := x.GetRingHashLbConfig().GetHashFunction(); f != clusterv3.Cluster_RingHashLbConfig_XX_HASH {
+					out = append(out, fmt.Sprintf("ring hash function %v", f))
+				}
+			default:
+				out = append(out, fmt.Sprintf("lb policy %v", x.GetLbPolicy()))
+			}
+			if n := x.GetLeastRequestLbConfig().GetChoiceCount(); n != nil && n.GetValue() < 2 {
+				out = append(out, fmt.Sprintf("least request choice count %d", n.GetValue()))
+			}
+			if len(x.GetTransportSocketMatches()) > 0 {
+				out = append(out, "transport socket matches")
+			}
+		case *routev3.RetryPolicy:
+			if n := x.GetNumRetries(); n != nil && n.GetValue() < 1 {
+				out = append(out, "retry policy with num_retries 0")
+			}
+			if b := x.GetRetryBackOff(); b != nil && (b.GetBaseInterval().AsDuration() <= 0 || b.GetMaxInterval() != nil && b.GetMaxInterval().AsDuration() <= 0) {
+				out = append(out, fmt.Sprintf("retry backoff %v", b))
+			}
+		case *routev3.RouteMatch:
+			switch x.GetPathSpecifier().(type) {
+			case *routev3.RouteMatch_Prefix, *routev3.RouteMatch_Path, *routev3.RouteMatch_SafeRegex:
+			default:
+				out = append(out, fmt.Sprintf("route match %T", x.GetPathSpecifier()))
+			}
+			for _, h := range x.GetHeaders() {
+				sm := h.GetStringMatch()
+				switch {
+				case h.GetPrefixMatch() != "" || h.GetSuffixMatch() != "" || h.GetContainsMatch() != "":
+				case sm.GetMatchPattern() == nil:
+				case sm.GetPrefix() == "" && sm.GetSuffix() == "" && sm.GetContains() == "" && sm.GetSafeRegex() == nil && sm.GetMatchPattern() != nil:
+					if _, exact := sm.GetMatchPattern().(*matcherv3.StringMatcher_Exact); !exact {
+						out = append(out, fmt.Sprintf("header %s: empty string matcher %v", h.GetName(), sm))
+					}
+				}
+			}
+		}
+		return nil
+	})
 	return out
 }
 
@@ -452,5 +512,13 @@ func TestLoadChecksCatch(t *testing.T) {
 	rc.VirtualHosts[0].Routes[0].Match.PathSpecifier = &routev3.RouteMatch_SafeRegex{SafeRegex: &matcherv3.RegexMatcher{Regex: "(("}}
 	if got := loadChecks(rc); len(got) != 3 {
 		t.Errorf("load checks of a route configuration with a domain twice, a zero weight sum and a bad regex: %q", got)
+	}
+	rc.VirtualHosts[0].Routes[0].Match.PathSpecifier = &routev3.RouteMatch_PathSeparatedPrefix{PathSeparatedPrefix: "/a"}
+	rc.VirtualHosts[0].Routes[0].GetRoute().RetryPolicy = &routev3.RetryPolicy{NumRetries: wrapperspb.UInt32(0)}
+	if got := grpcChecks(rc); len(got) != 2 {
+		t.Errorf("gRPC checks of a route with a path-separated prefix and no retries in its retry policy: %q", got)
+	}
+	if got := grpcChecks(&clusterv3.Cluster{Name: "c", LbPolicy: clusterv3.Cluster_MAGLEV}); len(got) != 1 {
+		t.Errorf("gRPC checks of a Maglev cluster: %q", got)
 	}
 }

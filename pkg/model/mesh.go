@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	"google.golang.org/protobuf/proto"
 	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
 	networkingv1 "istio.io/api/networking/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -385,9 +386,45 @@ type meshSettings struct {
 // noSettings are those of meshes made by [NewMesh]: none set.
 var noSettings = &meshSettings{}
 
-func settingsOf(c *meshconfig.MeshConfig) *meshSettings {
-	return &meshSettings{
+// MeshConfigObject is what problems of the mesh config are reported
+// against.
+const MeshConfigObject = "mesh config"
+
+// settingsOf reads c's settings, leaving out (and reporting) the defaults
+// a proxy would reject, as in objects ([trafficPolicyProblems]).
+func settingsOf(c *meshconfig.MeshConfig) (*meshSettings, []Problem) {
+	st := &meshSettings{
 		defaultPolicy: c.DefaultTrafficPolicy(), localityLB: c.LocalityLbSetting(),
 		retry: c.DefaultHTTPRetryPolicy(), inboundRetry: c.DefaultInboundHTTPRetryPolicy(),
 	}
+	var problems []Problem
+	report := func(why, what string) {
+		problems = append(problems, Problem{Object: MeshConfigObject, Reason: why + ": " + what})
+	}
+	if p := st.defaultPolicy; p != nil {
+		cp := connectionPoolProblem("defaultTrafficPolicy.connectionPool", p.GetConnectionPool())
+		od := outlierProblem("defaultTrafficPolicy.outlierDetection", p.GetOutlierDetection())
+		if cp != "" || od != "" {
+			p = proto.Clone(p).(*meshv1alpha1.MeshConfig_DefaultTrafficPolicy)
+			if cp != "" {
+				p.ConnectionPool = nil
+				report(cp, "defaultTrafficPolicy.connectionPool ignored")
+			}
+			if od != "" {
+				p.OutlierDetection = nil
+				report(od, "defaultTrafficPolicy.outlierDetection ignored")
+			}
+			st.defaultPolicy = p
+		}
+	}
+	for _, r := range []struct {
+		name string
+		p    **networkingv1.HTTPRetry
+	}{{"defaultHttpRetryPolicy", &st.retry}, {"defaultInboundHttpRetryPolicy", &st.inboundRetry}} {
+		if why := retryProblem(r.name, *r.p); why != "" {
+			*r.p = nil
+			report(why, r.name+" ignored (Istio's built-in default applies)")
+		}
+	}
+	return st, sortProblems(problems)
 }

@@ -261,6 +261,7 @@ func (s *Store) problems(byHost map[string]*Service) []Problem {
 	var out []Problem
 	out = append(out, s.ruleIdx.problems...)
 	out = append(out, s.entryProblems...)
+	out = append(out, s.settingsProblems...)
 	out = append(out, s.routeIdx.problems...)
 	out = append(out, s.routeIdx.routeProblems(byHost)...)
 	if s.sidecarIdx != nil {

@@ -35,9 +35,11 @@ type Store struct {
 	objects map[ObjectKey]*entry
 
 	// set at construction
-	meshCfg      *meshconfig.MeshConfig
-	settings     *meshSettings // what meshes read of meshCfg
-	buildWorkers int           // goroutines a large rebuild may use (snapshot.go)
+	meshCfg  *meshconfig.MeshConfig
+	settings *meshSettings // what meshes read of meshCfg
+	// settingsProblems are the mesh config's defaults settings left out.
+	settingsProblems []Problem
+	buildWorkers     int // goroutines a large rebuild may use (snapshot.go)
 
 	// Indexes of the decoded kinds, by the mesh service they belong to.
 	services map[serviceKey]map[string]*slimService // cluster id → Service
@@ -152,7 +154,7 @@ func NewStore(opts ...Option) *Store {
 	s.ruleIdx.root = s.meshCfg.RootNamespace()
 	empty.content.rules = s.ruleIdx
 	empty.content.routes = s.routeIdx
-	s.settings = settingsOf(s.meshCfg)
+	s.settings, s.settingsProblems = settingsOf(s.meshCfg)
 	empty.content.settings = s.settings
 	return s
 }

@@ -232,8 +232,7 @@ func httpRouteProblem(where string, h *networkingv1.HTTPRoute) string {
 		checkDuration(where+".fault.delay.fixedDelay", delay.GetFixedDelay()),
 		checkPercent(where+".fault.delay.percentage", delay.GetPercentage()),
 		checkPercent(where+".fault.abort.percentage", abort.GetPercentage()),
-		checkDuration(where+".retries.perTryTimeout", h.GetRetries().GetPerTryTimeout()),
-		checkDuration(where+".retries.backoff", h.GetRetries().GetBackoff()),
+		retryProblem(where+".retries", h.GetRetries()),
 	); why != "" {
 		return why
 	}
@@ -243,6 +242,11 @@ func httpRouteProblem(where string, h *networkingv1.HTTPRoute) string {
 		}
 	}
 	return ""
+}
+
+// retryProblem says why a retry policy cannot be given to a proxy.
+func retryProblem(where string, r *networkingv1.HTTPRetry) string {
+	return cmp.Or(checkDuration(where+".perTryTimeout", r.GetPerTryTimeout()), checkDuration(where+".backoff", r.GetBackoff()))
 }
 
 // checkHost says why host cannot name a service or a gateway's virtual

@@ -23,6 +23,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	"sigs.k8s.io/yaml"
 
+	"github.com/pilotwire/pilotwire/pkg/meshconfig"
 	"github.com/pilotwire/pilotwire/pkg/model"
 	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
 )
@@ -520,5 +521,45 @@ func TestLoadChecksCatch(t *testing.T) {
 	}
 	if got := grpcChecks(&clusterv3.Cluster{Name: "c", LbPolicy: clusterv3.Cluster_MAGLEV}); len(got) != 1 {
 		t.Errorf("gRPC checks of a Maglev cluster: %q", got)
+	}
+}
+
+// TestInvalidMeshDefaults: the mesh config's defaults a proxy would
+// reject (a 0s retry backoff, a 0s connect timeout) are left out and
+// reported, as in objects; before, every route or cluster carried them
+// and every proxy rejected the whole type.
+func TestInvalidMeshDefaults(t *testing.T) {
+	cfg, err := meshconfig.Parse([]byte(`
+defaultHttpRetryPolicy: {attempts: 3, backoff: 0s}
+defaultInboundHttpRetryPolicy: {attempts: 2, perTryTimeout: 0.0005s}
+defaultTrafficPolicy:
+  connectionPool: {tcp: {connectTimeout: 0s}}
+  outlierDetection: {consecutive5xxErrors: 5, interval: 30s}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := manifestStore(t, filepath.Join("testdata", "retry", "retry.yaml"), model.WithMeshConfig(cfg)).Snapshot()
+	if bad := invalidResources(t, m); len(bad) > 0 {
+		t.Errorf("invalid resources:\n%s", strings.Join(bad, "\n"))
+	}
+	var got []string
+	for _, p := range m.Problems() {
+		if p.Object == model.MeshConfigObject {
+			got = append(got, p.Reason)
+		}
+	}
+	want := []string{
+		"defaultHttpRetryPolicy.backoff: duration 0s is below 1ms: defaultHttpRetryPolicy ignored (Istio's built-in default applies)",
+		"defaultInboundHttpRetryPolicy.perTryTimeout: duration 500µs is below 1ms: defaultInboundHttpRetryPolicy ignored (Istio's built-in default applies)",
+		"defaultTrafficPolicy.connectionPool.tcp.connectTimeout: duration 0s is below 1ms: defaultTrafficPolicy.connectionPool ignored",
+	}
+	if diff := gocmp.Diff(want, got); diff != "" {
+		t.Errorf("mesh config problems (-want +got):\n%s", diff)
+	}
+	// What is valid stays: the outlier detection of the default policy.
+	c := msg[*clusterv3.Cluster](t, generate(t, m, Envoy, resource.ClusterType), "outbound|80||web.app.svc.cluster.local")
+	if c.GetOutlierDetection().GetConsecutive_5Xx().GetValue() != 5 {
+		t.Errorf("outlier detection %v, want the mesh default's consecutive 5xx 5", c.GetOutlierDetection())
 	}
 }

@@ -254,11 +254,9 @@ func grpcChecks(m proto.Message) []string {
 			}
 			for _, h := range x.GetHeaders() {
 				sm := h.GetStringMatch()
-				switch {
-				case h.GetPrefixMatch() != "" || h.GetSuffixMatch() != "" || h.GetContainsMatch() != "":
-				case sm.GetMatchPattern() == nil:
-				case sm.GetPrefix() == "" && sm.GetSuffix() == "" && sm.GetContains() == "" && sm.GetSafeRegex() == nil && sm.GetMatchPattern() != nil:
-					if _, exact := sm.GetMatchPattern().(*matcherv3.StringMatcher_Exact); !exact {
+				switch sm.GetMatchPattern().(type) {
+				case *matcherv3.StringMatcher_Prefix, *matcherv3.StringMatcher_Suffix, *matcherv3.StringMatcher_Contains:
+					if sm.GetPrefix()+sm.GetSuffix()+sm.GetContains() == "" {
 						out = append(out, fmt.Sprintf("header %s: empty string matcher %v", h.GetName(), sm))
 					}
 				}

@@ -3,6 +3,7 @@ package model
 import (
 	"cmp"
 	"fmt"
+	"net"
 	"regexp"
 	"strings"
 	"time"
@@ -250,10 +251,11 @@ func retryProblem(where string, r *networkingv1.HTTPRetry) string {
 }
 
 // checkHost says why host cannot name a service or a gateway's virtual
-// host: a DNS name, optionally with a leading "*." wildcard, or "*".
+// host: a DNS name, optionally with a leading "*." wildcard, "*", or an
+// IP address.
 func checkHost(where, host string) string {
 	name := strings.TrimPrefix(host, "*")
-	if host == "*" {
+	if host == "*" || net.ParseIP(host) != nil {
 		return ""
 	}
 	if host == "" || len(host) > 253 {

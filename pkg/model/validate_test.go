@@ -41,6 +41,7 @@ func TestCheckHost(t *testing.T) {
 		{"*.example.com", true},
 		{"under_score.example.com", true},
 		{"10.0.0.1", true},
+		{"fd00::1", true},
 		{"", false},
 		{"a b", false},
 		{"a..b", false},

@@ -252,6 +252,10 @@ func buildRoutes(vss []*VirtualServiceInput, gws []*GatewayInput, defaultExportT
 			spec.Http = merged
 		}
 		spec = validRoutes(spec, func(format string, args ...any) { report(in.Object, format, args...) })
+		if len(spec.GetHosts()) == 0 {
+			report(in.Object, "no valid host: ignored")
+			continue
+		}
 		gws := spec.GetGateways()
 		if len(gws) == 0 {
 			gws = []string{MeshGateway}
@@ -386,10 +390,20 @@ func resolveGateway(g, ns string) string {
 	return ns + "/" + g
 }
 
-// validRoutes drops the http routes that have nothing to do (no
-// destination, redirect or direct response), and those that have more than
-// one of these, reporting them.
+// validRoutes drops the hosts that are not host names, the http routes
+// that have nothing to do (no destination, redirect or direct response),
+// those that have more than one of these and those holding a value a
+// proxy would reject, reporting them.
 func validRoutes(spec *networkingv1.VirtualService, report func(string, ...any)) *networkingv1.VirtualService {
+	var hosts []string
+	for i, h := range spec.GetHosts() {
+		if why := checkHost(fmt.Sprintf("hosts[%d]", i), h); why != "" {
+			report("%s: host ignored", why)
+			continue
+		}
+		hosts = append(hosts, h)
+	}
+	spec.Hosts = hosts
 	var keep []*networkingv1.HTTPRoute
 	for i, h := range spec.GetHttp() {
 		n := 0

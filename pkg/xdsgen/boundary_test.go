@@ -35,6 +35,8 @@ var boundaryProxies = []Proxy{
 	{Generator: Envoy, Namespace: "default", Labels: map[string]string{"app": "client"}},
 	{Generator: Envoy, Namespace: "app", IP: "10.0.0.1"},
 	{Generator: Envoy, Type: Router, Namespace: "istio-system", Labels: map[string]string{"istio": "ingressgateway"}},
+	// The Gateway API testdata's Gateway infra/gw, as Istio deploys it.
+	{Generator: Envoy, Type: Router, Namespace: "infra", Labels: map[string]string{"gateway.networking.k8s.io/gateway-name": "gw"}},
 	{Generator: GRPC, Namespace: "default"},
 	{Generator: GRPC, Namespace: "app"},
 }

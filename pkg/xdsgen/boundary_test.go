@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -196,16 +197,8 @@ func invalidResources(t *testing.T, m *model.Mesh) []string {
 					out = append(out, fmt.Sprintf("%v %s: two resources of type %s have this name", p.Generator, r.Name, typeURL))
 				}
 				names[r.Name] = true
-				if err := validateDeep(r.Msg); err != nil {
-					out = append(out, fmt.Sprintf("%v %s: %v", p.Generator, r.Name, err))
-				}
-				for _, why := range loadChecks(r.Msg) {
+				for _, why := range resourceChecks(p.Generator, r) {
 					out = append(out, fmt.Sprintf("%v %s: %s", p.Generator, r.Name, why))
-				}
-				if p.Generator == GRPC {
-					for _, why := range grpcChecks(r.Msg) {
-						out = append(out, fmt.Sprintf("%v %s: %s", p.Generator, r.Name, why))
-					}
 				}
 			}
 		}
@@ -283,6 +276,48 @@ func generateAll(t *testing.T, m *model.Mesh, p Proxy) map[string]*Set {
 	return sets
 }
 
+// Most mutations change one resource or none of a proxy's, and walking
+// every message of every resource dominates the test: the checks of a
+// resource are kept by its encoding (Any.Value, which the generators
+// marshal deterministically) and run once per distinct resource.
+var checked, routeNamesOf sync.Map
+
+// resourceChecks are validateDeep, loadChecks and, for gRPC, grpcChecks
+// of r.
+func resourceChecks(g Generator, r *Resource) []string {
+	key := fmt.Sprintf("%v|%s|%s", g, r.Any.GetTypeUrl(), r.Any.GetValue())
+	if v, ok := checked.Load(key); ok {
+		return v.([]string)
+	}
+	var out []string
+	if err := validateDeep(r.Msg); err != nil {
+		out = append(out, err.Error())
+	}
+	out = append(out, loadChecks(r.Msg)...)
+	if g == GRPC {
+		out = append(out, grpcChecks(r.Msg)...)
+	}
+	checked.Store(key, out)
+	return out
+}
+
+// routeNames are the route configurations listener l names (HCM's rds).
+func routeNames(l *Resource) []string {
+	key := string(l.Any.GetValue())
+	if v, ok := routeNamesOf.Load(key); ok {
+		return v.([]string)
+	}
+	var out []string
+	_ = eachMessage(l.Msg, func(m proto.Message) error {
+		if rds, ok := m.(*hcmv3.Rds); ok {
+			out = append(out, rds.GetRouteConfigName())
+		}
+		return nil
+	})
+	routeNamesOf.Store(key, out)
+	return out
+}
+
 // crossChecks are what would leave a proxy waiting for a resource it is
 // never sent: a route configuration a listener names, a load assignment an
 // EDS cluster names; and two listeners bound to one address.
@@ -306,12 +341,11 @@ func crossChecks(sets map[string]*Set) []string {
 			}
 			bound[addr] = r.Name
 		}
-		_ = eachMessage(l, func(m proto.Message) error {
-			if rds, ok := m.(*hcmv3.Rds); ok && !has(resource.RouteType, rds.GetRouteConfigName()) {
-				out = append(out, fmt.Sprintf("listener %s names route configuration %q, which is not sent", r.Name, rds.GetRouteConfigName()))
+		for _, name := range routeNames(r) {
+			if !has(resource.RouteType, name) {
+				out = append(out, fmt.Sprintf("listener %s names route configuration %q, which is not sent", r.Name, name))
 			}
-			return nil
-		})
+		}
 	}
 	for _, r := range sets[resource.ClusterType].Resources {
 		c := r.Msg.(*clusterv3.Cluster)

@@ -203,6 +203,13 @@ func httpRouteProblem(where string, h *networkingv1.HTTPRoute) string {
 			}
 		}
 	}
+	weights := make([]int32, len(h.GetRoute()))
+	for j, d := range h.GetRoute() {
+		weights[j] = d.GetWeight()
+	}
+	if why := checkWeights(where+".route", weights); why != "" {
+		return why
+	}
 	if why := checkHeaderOps(where+".headers", h.GetHeaders()); why != "" {
 		return why
 	}
@@ -243,6 +250,33 @@ func httpRouteProblem(where string, h *networkingv1.HTTPRoute) string {
 		}
 	}
 	return ""
+}
+
+// checkWeights says why destinations with these weights cannot be split
+// between (Istio's rule): a weight is negative, or there are several and
+// they sum to 0 (a proxy takes no split with nothing to split).
+func checkWeights(where string, weights []int32) string {
+	var sum int64
+	for j, w := range weights {
+		if w < 0 {
+			return fmt.Sprintf("%s[%d].weight: %d is negative", where, j, w)
+		}
+		sum += int64(w)
+	}
+	if len(weights) > 1 && sum == 0 {
+		return where + ": the weights of the destinations sum to 0"
+	}
+	return ""
+}
+
+// l4RouteProblem says why a TCP or TLS route's destinations cannot be
+// given to a proxy.
+func l4RouteProblem(where string, route []*networkingv1.RouteDestination) string {
+	weights := make([]int32, len(route))
+	for j, d := range route {
+		weights[j] = d.GetWeight()
+	}
+	return checkWeights(where+".route", weights)
 }
 
 // retryProblem says why a retry policy cannot be given to a proxy.

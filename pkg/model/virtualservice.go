@@ -443,6 +443,10 @@ func validRoutes(spec *networkingv1.VirtualService, report func(string, ...any))
 			report("tcp[%d]: no route: ignored", i)
 			continue
 		}
+		if why := l4RouteProblem(fmt.Sprintf("tcp[%d]", i), t.GetRoute()); why != "" {
+			report("%s: ignored", why)
+			continue
+		}
 		tcp = append(tcp, t)
 	}
 	spec.Tcp = tcp
@@ -450,6 +454,10 @@ func validRoutes(spec *networkingv1.VirtualService, report func(string, ...any))
 	for i, t := range spec.GetTls() {
 		if len(t.GetRoute()) == 0 || len(t.GetMatch()) == 0 {
 			report("tls[%d]: a tls route needs a match and a route: ignored", i)
+			continue
+		}
+		if why := l4RouteProblem(fmt.Sprintf("tls[%d]", i), t.GetRoute()); why != "" {
+			report("%s: ignored", why)
 			continue
 		}
 		tls = append(tls, t)

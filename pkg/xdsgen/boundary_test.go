@@ -66,9 +66,10 @@ func boundaryValues(v any) []any {
 // names, which decoding then drops).
 var badKeys = []string{"", "x\nsplit"}
 
-// leafPaths lists the paths of every scalar below v, and keyPaths those
-// of every map key, in a stable order.
-func leafPaths(v any, path []any, out, keyPaths *[][]any) {
+// leafPaths lists the paths of every scalar below v, keyPaths those of
+// every map key and listPaths those of every non-empty list, in a stable
+// order.
+func leafPaths(v any, path []any, out, keyPaths, listPaths *[][]any) {
 	switch x := v.(type) {
 	case map[string]any:
 		keys := make([]string, 0, len(x))
@@ -79,11 +80,14 @@ func leafPaths(v any, path []any, out, keyPaths *[][]any) {
 		for _, k := range keys {
 			p := append(slices.Clone(path), k)
 			*keyPaths = append(*keyPaths, p)
-			leafPaths(x[k], p, out, keyPaths)
+			leafPaths(x[k], p, out, keyPaths, listPaths)
 		}
 	case []any:
+		if len(x) > 0 {
+			*listPaths = append(*listPaths, path)
+		}
 		for i, e := range x {
-			leafPaths(e, append(slices.Clone(path), i), out, keyPaths)
+			leafPaths(e, append(slices.Clone(path), i), out, keyPaths, listPaths)
 		}
 	default:
 		*out = append(*out, path)
@@ -106,6 +110,20 @@ func renameKey(v any, path []any, key string) func() {
 		}
 		parent[old] = val
 	}
+}
+
+// deepCopy copies a decoded JSON value.
+func deepCopy(t *testing.T, v any) any {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out any
+	if err := json.Unmarshal(b, &out); err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
 
 func getPath(v any, path []any) any {
@@ -448,17 +466,38 @@ func TestBoundaryValuesValidate(t *testing.T) {
 				t.Fatalf("the unmutated input generates invalid resources:\n%s", strings.Join(bad, "\n"))
 			}
 			for _, d := range docs {
-				var paths, keyPaths [][]any
+				// The object twice, under another name: two rules, routes,
+				// gateways or entries for the same hosts and ports.
+				mutated.Add(1)
+				twin := boundaryDoc{ref: proto.Clone(d.ref).(*pb.ObjectRef), obj: deepCopy(t, d.obj).(map[string]any)}
+				twin.ref.Name += "-twin"
+				twin.obj["metadata"].(map[string]any)["name"] = twin.ref.Name
+				if bad := invalidResources(t, boundaryMesh(t, append(slices.Clone(docs), twin), false)); len(bad) > 0 {
+					t.Errorf("%s %s twice:\n  %s", d.ref.Kind, d.ref.Name, strings.Join(bad, "\n  "))
+				}
+				var paths, keyPaths, listPaths [][]any
 				for _, top := range []string{"spec", "endpoints", "ports"} { // ports and endpoints: an EndpointSlice's
 					if d.obj[top] != nil {
-						leafPaths(d.obj[top], []any{top}, &paths, &keyPaths)
+						leafPaths(d.obj[top], []any{top}, &paths, &keyPaths, &listPaths)
 					}
 				}
 				if meta, ok := d.obj["metadata"].(map[string]any); ok {
 					for _, k := range []string{"labels", "annotations"} {
 						if meta[k] != nil {
-							leafPaths(meta[k], []any{"metadata", k}, &paths, &keyPaths)
+							leafPaths(meta[k], []any{"metadata", k}, &paths, &keyPaths, &listPaths)
 						}
+					}
+				}
+				// A list's first element twice (two ports, servers, routes,
+				// hosts alike).
+				for _, path := range listPaths {
+					mutated.Add(1)
+					list := getPath(d.obj, path).([]any)
+					setPath(d.obj, path, append(slices.Clone(list), deepCopy(t, list[0])))
+					bad := invalidResources(t, boundaryMesh(t, docs, false))
+					setPath(d.obj, path, list)
+					if len(bad) > 0 {
+						t.Errorf("%s %s %v with its first element twice:\n  %s", d.ref.Kind, d.ref.Name, path, strings.Join(bad, "\n  "))
 					}
 				}
 				for _, path := range keyPaths {
@@ -503,6 +542,8 @@ func TestInvalidValuesReported(t *testing.T) {
 		"c1/VirtualService/app/web: http[1].match[0].uri.regex: error parsing regexp: missing closing ): `((` (RE2 syntax): route ignored",
 		"c1/VirtualService/app/web: http[2].directResponse.status: HTTP status 42 is not in 200-599: route ignored",
 		`c1/VirtualService/app/web: http[3].rewrite.uri: "bad\nvalue" holds a control character: route ignored`,
+		"c1/VirtualService/app/web: http[4].route: the weights of the destinations sum to 0: route ignored",
+		"c1/VirtualService/app/web: tcp[0].route: the weights of the destinations sum to 0: ignored",
 	}
 	var got []string
 	for _, p := range m.Problems() {

@@ -3,8 +3,10 @@ package model
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"net"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -135,7 +137,9 @@ func checkPercent(where string, p *networkingv1.Percent) string {
 	return ""
 }
 
-// checkHeaderOps covers a route's or destination's header operations.
+// checkHeaderOps covers a route's or destination's header operations, in
+// the order of their names (a problem's reason must not change from one
+// build to the next).
 // Pseudo-headers and Host pass: the generators turn a set :authority or
 // host into a host rewrite and leave the others out.
 func checkHeaderOps(where string, h *networkingv1.Headers) string {
@@ -148,7 +152,8 @@ func checkHeaderOps(where string, h *networkingv1.Headers) string {
 			op string
 			m  map[string]string
 		}{{"set", dir.ops.GetSet()}, {"add", dir.ops.GetAdd()}} {
-			for name, value := range kv.m {
+			for _, name := range slices.Sorted(maps.Keys(kv.m)) {
+				value := kv.m[name]
 				at := w + "." + kv.op
 				if why := checkHeaderName(at, name); why != "" {
 					return why
@@ -185,7 +190,8 @@ func httpRouteProblem(where string, h *networkingv1.HTTPRoute) string {
 			name string
 			m    map[string]*networkingv1.StringMatch
 		}{{"headers", m.GetHeaders()}, {"withoutHeaders", m.GetWithoutHeaders()}} {
-			for name, v := range hm.m {
+			for _, name := range slices.Sorted(maps.Keys(hm.m)) {
+				v := hm.m[name]
 				if why := checkHeaderName(at+"."+hm.name, name); why != "" && !strings.HasPrefix(name, "@request.auth.claims") {
 					return why
 				}
@@ -194,7 +200,8 @@ func httpRouteProblem(where string, h *networkingv1.HTTPRoute) string {
 				}
 			}
 		}
-		for name, v := range m.GetQueryParams() {
+		for _, name := range slices.Sorted(maps.Keys(m.GetQueryParams())) {
+			v := m.GetQueryParams()[name]
 			if name == "" {
 				return at + ".queryParams: parameter name is empty"
 			}

@@ -67,8 +67,8 @@ func serverProblem(s *networkingv1.Server) string {
 		if _, host, ok := strings.Cut(h, "/"); ok {
 			h = host
 		}
-		if why := checkHost(fmt.Sprintf("hosts[%d]", i), h); why != "" {
-			return why
+		if why := checkHost(h); why != "" {
+			return at(fmt.Sprintf("hosts[%d]", i), why)
 		}
 	}
 	switch ServerProtocol(s) {

@@ -402,17 +402,17 @@ func settingsOf(c *meshconfig.MeshConfig) (*meshSettings, []Problem) {
 		problems = append(problems, Problem{Object: MeshConfigObject, Reason: why + ": " + what})
 	}
 	if p := st.defaultPolicy; p != nil {
-		cp := connectionPoolProblem("defaultTrafficPolicy.connectionPool", p.GetConnectionPool())
-		od := outlierProblem("defaultTrafficPolicy.outlierDetection", p.GetOutlierDetection())
+		cp := connectionPoolProblem(p.GetConnectionPool())
+		od := outlierProblem(p.GetOutlierDetection())
 		if cp != "" || od != "" {
 			p = proto.Clone(p).(*meshv1alpha1.MeshConfig_DefaultTrafficPolicy)
 			if cp != "" {
 				p.ConnectionPool = nil
-				report(cp, "defaultTrafficPolicy.connectionPool ignored")
+				report(at("defaultTrafficPolicy.connectionPool", cp), "defaultTrafficPolicy.connectionPool ignored")
 			}
 			if od != "" {
 				p.OutlierDetection = nil
-				report(od, "defaultTrafficPolicy.outlierDetection ignored")
+				report(at("defaultTrafficPolicy.outlierDetection", od), "defaultTrafficPolicy.outlierDetection ignored")
 			}
 			st.defaultPolicy = p
 		}
@@ -421,9 +421,9 @@ func settingsOf(c *meshconfig.MeshConfig) (*meshSettings, []Problem) {
 		name string
 		p    **networkingv1.HTTPRetry
 	}{{"defaultHttpRetryPolicy", &st.retry}, {"defaultInboundHttpRetryPolicy", &st.inboundRetry}} {
-		if why := retryProblem(r.name, *r.p); why != "" {
+		if why := retryProblem(*r.p); why != "" {
 			*r.p = nil
-			report(why, r.name+" ignored (Istio's built-in default applies)")
+			report(at(r.name, why), r.name+" ignored (Istio's built-in default applies)")
 		}
 	}
 	return st, sortProblems(problems)

@@ -85,13 +85,13 @@ func buildServiceEntries(src entrySources) (map[string]*Service, []Problem) {
 			}
 		}
 		for _, host := range spec.GetHosts() {
-			badHost := checkHost("host", host)
+			badHost := checkHost(host)
 			switch {
 			case host == "" || host == "*":
 				report("host %q is not a service host: ignored", host)
 				continue
 			case badHost != "":
-				report("%s: ignored", badHost)
+				report("host: %s: ignored", badHost)
 				continue
 			case src.taken(host):
 				report("host %s is a Kubernetes Service's: ignored", host)

@@ -24,36 +24,80 @@ import (
 // one and Envoy's (protoc-gen-validate constraints and its header
 // formatter) where Istio's lets a value through that Envoy refuses.
 
-// headerName is an RFC 7230 token (optionally a pseudo-header), what
-// Envoy and Istio take as a header name.
-var headerName = regexp.MustCompile("^:?[-!#$%&'*+.^_`|~0-9A-Za-z]+$")
+// tokenChars are RFC 7230's token characters: a header name is a token,
+// optionally after ":" (a pseudo-header), as Envoy and Istio take it.
+const tokenChars = "!#$%&'*+-.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+
+func isHeaderName(name string) bool {
+	name = strings.TrimPrefix(name, ":")
+	if name == "" {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		if strings.IndexByte(tokenChars, name[i]) < 0 {
+			return false
+		}
+	}
+	return true
+}
 
 // maxRegex is the longest regex accepted: Envoy bounds a regex's program
 // size, which is always larger than its length (Istio's bound).
 const maxRegex = 1024
 
-// checkDuration says why d cannot be a proxy duration: Istio's rule, at
-// least 1ms and in whole milliseconds. nil is valid (unset).
-func checkDuration(where string, d *durationpb.Duration) string {
+// The checks below return "" for a valid value, else why it is not, as a
+// reason about the value itself ("duration 0s is below 1ms") or, for a
+// value with parts, prefixed by the part's path (".tcp.connectTimeout:
+// duration 0s is below 1ms"). Paths are built only for a value that
+// fails, with [at]: models are rebuilt on every change of config, and
+// nearly every value passes.
+
+// at places why (a check's result) under the path where.
+func at(where, why string) string {
+	switch {
+	case why == "":
+		return ""
+	case why[0] == '.' || why[0] == '[':
+		return where + why
+	}
+	return where + ": " + why
+}
+
+// part is a check's result for the part of a value at path.
+type part struct{ path, why string }
+
+// firstField is the first failing part, placed under its path.
+func firstField(parts ...part) string {
+	for _, f := range parts {
+		if f.why != "" {
+			return at(f.path, f.why)
+		}
+	}
+	return ""
+}
+
+// checkDuration is Istio's rule for a proxy duration: at least 1ms and in
+// whole milliseconds. nil is valid (unset).
+func checkDuration(d *durationpb.Duration) string {
 	if d == nil {
 		return ""
 	}
 	v := d.AsDuration()
 	switch {
 	case v < time.Millisecond:
-		return where + ": duration " + v.String() + " is below 1ms"
+		return "duration " + v.String() + " is below 1ms"
 	case v%time.Millisecond != 0:
-		return where + ": duration " + v.String() + " is not in whole milliseconds"
+		return "duration " + v.String() + " is not in whole milliseconds"
 	}
 	return ""
 }
 
-func checkHeaderName(where, name string) string {
+func checkHeaderName(name string) string {
 	if name == "" {
-		return where + ": header name is empty"
+		return "header name is empty"
 	}
-	if !headerName.MatchString(name) {
-		return fmt.Sprintf("%s: %q is not a valid header name", where, name)
+	if !isHeaderName(name) {
+		return fmt.Sprintf("%q is not a valid header name", name)
 	}
 	return ""
 }
@@ -61,11 +105,11 @@ func checkHeaderName(where, name string) string {
 // checkHeaderValue says why v cannot be a header value Envoy writes: no
 // control characters but tab, and every '%' escaped as "%%" or opening a
 // %VARIABLE% or %VARIABLE(args)% that closes.
-func checkHeaderValue(where, v string) string {
+func checkHeaderValue(v string) string {
 	for i := 0; i < len(v); i++ {
 		c := v[i]
 		if c < 0x20 && c != '\t' || c == 0x7f {
-			return fmt.Sprintf("%s: %q holds a control character", where, v)
+			return fmt.Sprintf("%q holds a control character", v)
 		}
 	}
 	for i := 0; i < len(v); i++ {
@@ -87,34 +131,34 @@ func checkHeaderValue(where, v string) string {
 			}
 		}
 		if end <= 0 {
-			return fmt.Sprintf("%s: %q has an unescaped %% (write %%%% for a literal one)", where, v)
+			return fmt.Sprintf("%q has an unescaped %% (write %%%% for a literal one)", v)
 		}
 		i += end + 1
 	}
 	return ""
 }
 
-func checkRegex(where, re string) string {
+func checkRegex(re string) string {
 	switch {
 	case re == "":
-		return where + ": regex is empty"
+		return "regex is empty"
 	case len(re) > maxRegex:
-		return fmt.Sprintf("%s: regex is %d bytes, longer than %d", where, len(re), maxRegex)
+		return fmt.Sprintf("regex is %d bytes, longer than %d", len(re), maxRegex)
 	}
 	if _, err := regexp.Compile(re); err != nil {
-		return fmt.Sprintf("%s: %v (RE2 syntax)", where, err)
+		return fmt.Sprintf("%v (RE2 syntax)", err)
 	}
 	return ""
 }
 
-func checkStringMatch(where string, m *networkingv1.StringMatch) string {
+func checkStringMatch(m *networkingv1.StringMatch) string {
 	switch m.GetMatchType().(type) {
 	case *networkingv1.StringMatch_Prefix:
 		if m.GetPrefix() == "" {
-			return where + ": prefix is empty"
+			return "prefix is empty"
 		}
 	case *networkingv1.StringMatch_Regex:
-		return checkRegex(where+".regex", m.GetRegex())
+		return at(".regex", checkRegex(m.GetRegex()))
 	}
 	return ""
 }
@@ -123,196 +167,209 @@ func checkStringMatch(where string, m *networkingv1.StringMatch) string {
 // that it be present: Istio reads regex "*" so.
 func presence(m *networkingv1.StringMatch) bool { return m.GetRegex() == "*" }
 
-func checkHTTPStatus(where string, s int64) string {
+func checkHTTPStatus(s int64) string {
 	if s < 200 || s > 599 {
-		return fmt.Sprintf("%s: HTTP status %d is not in 200-599", where, s)
+		return fmt.Sprintf("HTTP status %d is not in 200-599", s)
 	}
 	return ""
 }
 
-func checkPercent(where string, p *networkingv1.Percent) string {
+func checkPercent(p *networkingv1.Percent) string {
 	if p != nil && (p.GetValue() < 0 || p.GetValue() > 100) {
-		return fmt.Sprintf("%s: %v is not in 0-100", where, p.GetValue())
+		return fmt.Sprintf("%v is not in 0-100", p.GetValue())
 	}
 	return ""
 }
 
 // checkHeaderOps covers a route's or destination's header operations, in
 // the order of their names (a problem's reason must not change from one
-// build to the next).
-// Pseudo-headers and Host pass: the generators turn a set :authority or
-// host into a host rewrite and leave the others out.
-func checkHeaderOps(where string, h *networkingv1.Headers) string {
+// build to the next). Pseudo-headers and Host pass: the generators turn a
+// set :authority or host into a host rewrite and leave the others out.
+func checkHeaderOps(h *networkingv1.Headers) string {
 	for _, dir := range []struct {
 		name string
 		ops  *networkingv1.Headers_HeaderOperations
-	}{{"request", h.GetRequest()}, {"response", h.GetResponse()}} {
-		w := where + "." + dir.name
+	}{{".request", h.GetRequest()}, {".response", h.GetResponse()}} {
 		for _, kv := range []struct {
 			op string
 			m  map[string]string
-		}{{"set", dir.ops.GetSet()}, {"add", dir.ops.GetAdd()}} {
-			for _, name := range slices.Sorted(maps.Keys(kv.m)) {
-				value := kv.m[name]
-				at := w + "." + kv.op
-				if why := checkHeaderName(at, name); why != "" {
-					return why
-				}
-				if why := checkHeaderValue(at+"["+name+"]", value); why != "" {
-					return why
-				}
+		}{{".set", dir.ops.GetSet()}, {".add", dir.ops.GetAdd()}} {
+			if why := firstByName(kv.m, func(name, value string) string {
+				return cmp.Or(checkHeaderName(name), checkHeaderValue(value))
+			}); why != "" {
+				return at(dir.name+kv.op, why)
 			}
 		}
 		for _, name := range dir.ops.GetRemove() {
-			at := w + ".remove"
-			if why := checkHeaderName(at, name); why != "" {
-				return why
+			if why := checkHeaderName(name); why != "" {
+				return at(dir.name+".remove", why)
 			}
+		}
+	}
+	return ""
+}
+
+// checkMatchMap covers a match's headers, withoutHeaders or queryParams,
+// in the order of their names.
+func checkMatchMap(m map[string]*networkingv1.StringMatch, header bool) string {
+	return firstByName(m, func(name string, v *networkingv1.StringMatch) string {
+		var why string
+		switch {
+		case !header && name == "":
+			why = "parameter name is empty"
+		case header && !strings.HasPrefix(name, "@request.auth.claims"):
+			why = checkHeaderName(name)
+		}
+		if why == "" && !presence(v) {
+			why = checkStringMatch(v)
+		}
+		return why
+	})
+}
+
+// firstByName is check's first failure over m in the order of the names,
+// under "[name]": the same on every build. Only a map that fails is
+// sorted.
+func firstByName[V any](m map[string]V, check func(string, V) string) string {
+	failed := false
+	for name, v := range m {
+		if check(name, v) != "" {
+			failed = true
+			break
+		}
+	}
+	if !failed {
+		return ""
+	}
+	for _, name := range slices.Sorted(maps.Keys(m)) {
+		if why := check(name, m[name]); why != "" {
+			return at("["+name+"]", why)
 		}
 	}
 	return ""
 }
 
 // httpRouteProblem says why the HTTP route h cannot be given to a proxy,
-// "" when it can. where names it ("http[3]").
-func httpRouteProblem(where string, h *networkingv1.HTTPRoute) string {
+// "" when it can: a reason under h's path ("[2].match[0].uri: prefix is
+// empty"; validRoutes puts "http" before it).
+func httpRouteProblem(h *networkingv1.HTTPRoute) string {
 	for i, m := range h.GetMatch() {
-		at := fmt.Sprintf("%s.match[%d]", where, i)
-		for _, sm := range []struct {
-			name string
-			m    *networkingv1.StringMatch
-		}{{"uri", m.GetUri()}, {"scheme", m.GetScheme()}, {"method", m.GetMethod()}, {"authority", m.GetAuthority()}} {
-			if why := checkStringMatch(at+"."+sm.name, sm.m); why != "" {
-				return why
-			}
-		}
-		for _, hm := range []struct {
-			name string
-			m    map[string]*networkingv1.StringMatch
-		}{{"headers", m.GetHeaders()}, {"withoutHeaders", m.GetWithoutHeaders()}} {
-			for _, name := range slices.Sorted(maps.Keys(hm.m)) {
-				v := hm.m[name]
-				if why := checkHeaderName(at+"."+hm.name, name); why != "" && !strings.HasPrefix(name, "@request.auth.claims") {
-					return why
-				}
-				if why := checkStringMatch(at+"."+hm.name+"["+name+"]", v); why != "" && !presence(v) {
-					return why
-				}
-			}
-		}
-		for _, name := range slices.Sorted(maps.Keys(m.GetQueryParams())) {
-			v := m.GetQueryParams()[name]
-			if name == "" {
-				return at + ".queryParams: parameter name is empty"
-			}
-			if why := checkStringMatch(at+".queryParams["+name+"]", v); why != "" && !presence(v) {
-				return why
-			}
+		if why := firstField(
+			part{".uri", checkStringMatch(m.GetUri())},
+			part{".scheme", checkStringMatch(m.GetScheme())},
+			part{".method", checkStringMatch(m.GetMethod())},
+			part{".authority", checkStringMatch(m.GetAuthority())},
+			part{".headers", checkMatchMap(m.GetHeaders(), true)},
+			part{".withoutHeaders", checkMatchMap(m.GetWithoutHeaders(), true)},
+			part{".queryParams", checkMatchMap(m.GetQueryParams(), false)},
+		); why != "" {
+			return at(fmt.Sprintf(".match[%d]", i), why)
 		}
 	}
-	weights := make([]int32, len(h.GetRoute()))
-	for j, d := range h.GetRoute() {
-		weights[j] = d.GetWeight()
+	var weightsWhy string
+	if len(h.GetRoute()) > 1 {
+		weightsWhy = checkWeights(len(h.GetRoute()), func(j int) int32 { return h.GetRoute()[j].GetWeight() })
+	} else if len(h.GetRoute()) == 1 && h.GetRoute()[0].GetWeight() < 0 {
+		weightsWhy = checkWeights(1, func(int) int32 { return h.GetRoute()[0].GetWeight() })
 	}
-	if why := checkWeights(where+".route", weights); why != "" {
-		return why
-	}
-	if why := checkHeaderOps(where+".headers", h.GetHeaders()); why != "" {
+	if why := firstField(part{".route", weightsWhy}, part{".headers", checkHeaderOps(h.GetHeaders())}); why != "" {
 		return why
 	}
 	for j, d := range h.GetRoute() {
-		if why := checkHeaderOps(fmt.Sprintf("%s.route[%d].headers", where, j), d.GetHeaders()); why != "" {
-			return why
+		if why := checkHeaderOps(d.GetHeaders()); why != "" {
+			return at(fmt.Sprintf(".route[%d].headers", j), why)
 		}
 	}
 	r, rw, rr := h.GetRedirect(), h.GetRewrite(), h.GetRewrite().GetUriRegexRewrite()
 	delay, abort := h.GetFault().GetDelay(), h.GetFault().GetAbort()
-	var status, abortStatus, regexRewrite string
+	var status, abortStatus, regexMatch string
 	if d := h.GetDirectResponse(); d != nil {
-		status = checkHTTPStatus(where+".directResponse.status", int64(d.GetStatus()))
+		status = checkHTTPStatus(int64(d.GetStatus()))
 	}
 	if _, ok := abort.GetErrorType().(*networkingv1.HTTPFaultInjection_Abort_HttpStatus); ok {
-		abortStatus = checkHTTPStatus(where+".fault.abort.httpStatus", int64(abort.GetHttpStatus()))
+		abortStatus = checkHTTPStatus(int64(abort.GetHttpStatus()))
 	}
 	if rr != nil {
-		regexRewrite = cmp.Or(checkRegex(where+".rewrite.uriRegexRewrite.match", rr.GetMatch()),
-			checkHeaderValue(where+".rewrite.uriRegexRewrite.rewrite", rr.GetRewrite()))
+		regexMatch = checkRegex(rr.GetMatch())
 	}
-	if why := cmp.Or(
-		checkHeaderValue(where+".redirect.uri", r.GetUri()),
-		checkHeaderValue(where+".redirect.authority", r.GetAuthority()),
-		checkHeaderValue(where+".rewrite.uri", rw.GetUri()),
-		checkHeaderValue(where+".rewrite.authority", rw.GetAuthority()),
-		regexRewrite, status, abortStatus,
-		checkDuration(where+".fault.delay.fixedDelay", delay.GetFixedDelay()),
-		checkPercent(where+".fault.delay.percentage", delay.GetPercentage()),
-		checkPercent(where+".fault.abort.percentage", abort.GetPercentage()),
-		retryProblem(where+".retries", h.GetRetries()),
+	if why := firstField(
+		part{".redirect.uri", checkHeaderValue(r.GetUri())},
+		part{".redirect.authority", checkHeaderValue(r.GetAuthority())},
+		part{".rewrite.uri", checkHeaderValue(rw.GetUri())},
+		part{".rewrite.authority", checkHeaderValue(rw.GetAuthority())},
+		part{".rewrite.uriRegexRewrite.match", regexMatch},
+		part{".rewrite.uriRegexRewrite.rewrite", checkHeaderValue(rr.GetRewrite())},
+		part{".directResponse.status", status},
+		part{".fault.abort.httpStatus", abortStatus},
+		part{".fault.delay.fixedDelay", checkDuration(delay.GetFixedDelay())},
+		part{".fault.delay.percentage", checkPercent(delay.GetPercentage())},
+		part{".fault.abort.percentage", checkPercent(abort.GetPercentage())},
+		part{".retries", retryProblem(h.GetRetries())},
 	); why != "" {
 		return why
 	}
 	for i, o := range h.GetCorsPolicy().GetAllowOrigins() {
-		if why := checkStringMatch(fmt.Sprintf("%s.corsPolicy.allowOrigins[%d]", where, i), o); why != "" {
-			return why
+		if why := checkStringMatch(o); why != "" {
+			return at(fmt.Sprintf(".corsPolicy.allowOrigins[%d]", i), why)
 		}
 	}
 	return ""
 }
 
-// checkWeights says why destinations with these weights cannot be split
+// checkWeights says why n destinations with these weights cannot be split
 // between (Istio's rule): a weight is negative, or there are several and
 // they sum to 0 (a proxy takes no split with nothing to split).
-func checkWeights(where string, weights []int32) string {
+func checkWeights(n int, weight func(int) int32) string {
 	var sum int64
-	for j, w := range weights {
+	for j := range n {
+		w := weight(j)
 		if w < 0 {
-			return fmt.Sprintf("%s[%d].weight: %d is negative", where, j, w)
+			return fmt.Sprintf("[%d].weight: %d is negative", j, w)
 		}
 		sum += int64(w)
 	}
-	if len(weights) > 1 && sum == 0 {
-		return where + ": the weights of the destinations sum to 0"
+	if n > 1 && sum == 0 {
+		return "the weights of the destinations sum to 0"
 	}
 	return ""
 }
 
 // l4RouteProblem says why a TCP or TLS route's destinations cannot be
-// given to a proxy.
-func l4RouteProblem(where string, route []*networkingv1.RouteDestination) string {
-	weights := make([]int32, len(route))
-	for j, d := range route {
-		weights[j] = d.GetWeight()
+// given to a proxy (a reason under ".route").
+func l4RouteProblem(route []*networkingv1.RouteDestination) string {
+	if why := checkWeights(len(route), func(j int) int32 { return route[j].GetWeight() }); why != "" {
+		return at(".route", why)
 	}
-	return checkWeights(where+".route", weights)
+	return ""
 }
 
 // retryProblem says why a retry policy cannot be given to a proxy.
-func retryProblem(where string, r *networkingv1.HTTPRetry) string {
-	return cmp.Or(checkDuration(where+".perTryTimeout", r.GetPerTryTimeout()), checkDuration(where+".backoff", r.GetBackoff()))
+func retryProblem(r *networkingv1.HTTPRetry) string {
+	return firstField(part{".perTryTimeout", checkDuration(r.GetPerTryTimeout())}, part{".backoff", checkDuration(r.GetBackoff())})
 }
 
 // checkHost says why host cannot name a service or a gateway's virtual
 // host: a DNS name, optionally with a leading "*." wildcard, "*", or an
 // IP address.
-func checkHost(where, host string) string {
+func checkHost(host string) string {
 	name := strings.TrimPrefix(host, "*")
 	if host == "*" || net.ParseIP(host) != nil {
 		return ""
 	}
 	if host == "" || len(host) > 253 {
-		return fmt.Sprintf("%s: %q is not a host name", where, host)
+		return fmt.Sprintf("%q is not a host name", host)
 	}
 	if name != host && !strings.HasPrefix(name, ".") {
-		return fmt.Sprintf("%s: %q: a wildcard must be a whole leading label", where, host)
+		return fmt.Sprintf("%q: a wildcard must be a whole leading label", host)
 	}
 	for _, label := range strings.Split(strings.TrimPrefix(name, "."), ".") {
 		if label == "" || len(label) > 63 {
-			return fmt.Sprintf("%s: %q is not a host name", where, host)
+			return fmt.Sprintf("%q is not a host name", host)
 		}
 		for i := 0; i < len(label); i++ {
 			c := label[i]
 			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
-				return fmt.Sprintf("%s: %q is not a host name", where, host)
+				return fmt.Sprintf("%q is not a host name", host)
 			}
 		}
 	}
@@ -332,128 +389,125 @@ func trafficPolicyProblems(where string, tp *networkingv1.TrafficPolicy) (*netwo
 		if why == "" {
 			return
 		}
-		problems = append(problems, why+": "+part+" ignored")
+		problems = append(problems, at(part, why)+": "+part+" ignored")
 		if out == tp {
 			out = proto.Clone(tp).(*networkingv1.TrafficPolicy)
 		}
 		clear(out)
 	}
-	drop(connectionPoolProblem(where+"connectionPool", tp.GetConnectionPool()), where+"connectionPool",
-		func(p *networkingv1.TrafficPolicy) { p.ConnectionPool = nil })
-	drop(outlierProblem(where+"outlierDetection", tp.GetOutlierDetection()), where+"outlierDetection",
-		func(p *networkingv1.TrafficPolicy) { p.OutlierDetection = nil })
-	drop(loadBalancerProblem(where+"loadBalancer", tp.GetLoadBalancer()), where+"loadBalancer",
-		func(p *networkingv1.TrafficPolicy) { p.LoadBalancer = nil })
-	drop(clientTLSProblem(where+"tls", tp.GetTls()), where+"tls",
-		func(p *networkingv1.TrafficPolicy) { p.Tls = nil })
+	// The parts' paths are built only when one fails (drop).
+	if why := connectionPoolProblem(tp.GetConnectionPool()); why != "" {
+		drop(why, where+"connectionPool", func(p *networkingv1.TrafficPolicy) { p.ConnectionPool = nil })
+	}
+	if why := outlierProblem(tp.GetOutlierDetection()); why != "" {
+		drop(why, where+"outlierDetection", func(p *networkingv1.TrafficPolicy) { p.OutlierDetection = nil })
+	}
+	if why := loadBalancerProblem(tp.GetLoadBalancer()); why != "" {
+		drop(why, where+"loadBalancer", func(p *networkingv1.TrafficPolicy) { p.LoadBalancer = nil })
+	}
+	if why := clientTLSProblem(tp.GetTls()); why != "" {
+		drop(why, where+"tls", func(p *networkingv1.TrafficPolicy) { p.Tls = nil })
+	}
 	for i, pl := range tp.GetPortLevelSettings() {
-		at := fmt.Sprintf("%sportLevelSettings[%d].", where, i)
 		for _, c := range []struct {
 			why, part string
 			clear     func(*networkingv1.TrafficPolicy_PortTrafficPolicy)
 		}{
-			{connectionPoolProblem(at+"connectionPool", pl.GetConnectionPool()), at + "connectionPool",
+			{connectionPoolProblem(pl.GetConnectionPool()), "connectionPool",
 				func(p *networkingv1.TrafficPolicy_PortTrafficPolicy) { p.ConnectionPool = nil }},
-			{outlierProblem(at+"outlierDetection", pl.GetOutlierDetection()), at + "outlierDetection",
+			{outlierProblem(pl.GetOutlierDetection()), "outlierDetection",
 				func(p *networkingv1.TrafficPolicy_PortTrafficPolicy) { p.OutlierDetection = nil }},
-			{loadBalancerProblem(at+"loadBalancer", pl.GetLoadBalancer()), at + "loadBalancer",
+			{loadBalancerProblem(pl.GetLoadBalancer()), "loadBalancer",
 				func(p *networkingv1.TrafficPolicy_PortTrafficPolicy) { p.LoadBalancer = nil }},
-			{clientTLSProblem(at+"tls", pl.GetTls()), at + "tls",
+			{clientTLSProblem(pl.GetTls()), "tls",
 				func(p *networkingv1.TrafficPolicy_PortTrafficPolicy) { p.Tls = nil }},
 		} {
-			drop(c.why, c.part, func(p *networkingv1.TrafficPolicy) { c.clear(p.PortLevelSettings[i]) })
+			if c.why != "" {
+				drop(c.why, fmt.Sprintf("%sportLevelSettings[%d].%s", where, i, c.part),
+					func(p *networkingv1.TrafficPolicy) { c.clear(p.PortLevelSettings[i]) })
+			}
 		}
 	}
 	return out, problems
 }
 
-func connectionPoolProblem(where string, cp *networkingv1.ConnectionPoolSettings) string {
-	if t := cp.GetTcp(); t != nil {
-		for _, d := range []struct {
-			name string
-			d    *durationpb.Duration
-		}{{"connectTimeout", t.GetConnectTimeout()}, {"maxConnectionDuration", t.GetMaxConnectionDuration()},
-			{"tcpKeepalive.time", t.GetTcpKeepalive().GetTime()}, {"tcpKeepalive.interval", t.GetTcpKeepalive().GetInterval()}} {
-			if why := checkDuration(where+".tcp."+d.name, d.d); why != "" {
-				return why
-			}
-		}
-		// 0s turns the idle timeout off (Istio's rule).
-		if d := t.GetIdleTimeout(); d != nil && d.AsDuration() != 0 {
-			if why := checkDuration(where+".tcp.idleTimeout", d); why != "" {
-				return why
-			}
-		}
+func connectionPoolProblem(cp *networkingv1.ConnectionPoolSettings) string {
+	t, h := cp.GetTcp(), cp.GetHttp()
+	var idle string
+	// 0s turns the TCP idle timeout off (Istio's rule).
+	if d := t.GetIdleTimeout(); d != nil && d.AsDuration() != 0 {
+		idle = checkDuration(d)
 	}
-	if h := cp.GetHttp(); h != nil {
-		if why := checkDuration(where+".http.idleTimeout", h.GetIdleTimeout()); why != "" {
-			return why
-		}
-	}
-	return ""
+	return firstField(
+		part{".tcp.connectTimeout", checkDuration(t.GetConnectTimeout())},
+		part{".tcp.maxConnectionDuration", checkDuration(t.GetMaxConnectionDuration())},
+		part{".tcp.tcpKeepalive.time", checkDuration(t.GetTcpKeepalive().GetTime())},
+		part{".tcp.tcpKeepalive.interval", checkDuration(t.GetTcpKeepalive().GetInterval())},
+		part{".tcp.idleTimeout", idle},
+		part{".http.idleTimeout", checkDuration(h.GetIdleTimeout())},
+	)
 }
 
-func outlierProblem(where string, od *networkingv1.OutlierDetection) string {
+func outlierProblem(od *networkingv1.OutlierDetection) string {
 	if od == nil {
 		return ""
 	}
-	if why := checkDuration(where+".interval", od.GetInterval()); why != "" {
-		return why
-	}
-	if why := checkDuration(where+".baseEjectionTime", od.GetBaseEjectionTime()); why != "" {
-		return why
-	}
+	var maxEject, minHealth string
 	if p := od.GetMaxEjectionPercent(); p < 0 || p > 100 {
-		return fmt.Sprintf("%s.maxEjectionPercent: %d is not in 0-100", where, p)
+		maxEject = fmt.Sprintf("%d is not in 0-100", p)
 	}
 	if p := od.GetMinHealthPercent(); p < 0 || p > 100 {
-		return fmt.Sprintf("%s.minHealthPercent: %d is not in 0-100", where, p)
+		minHealth = fmt.Sprintf("%d is not in 0-100", p)
 	}
-	return ""
+	return firstField(
+		part{".interval", checkDuration(od.GetInterval())},
+		part{".baseEjectionTime", checkDuration(od.GetBaseEjectionTime())},
+		part{".maxEjectionPercent", maxEject},
+		part{".minHealthPercent", minHealth},
+	)
 }
 
 // maxRingSize is Envoy's bound on a ring hash's size (and gRPC's).
 const maxRingSize = 8 << 20
 
-func loadBalancerProblem(where string, lb *networkingv1.LoadBalancerSettings) string {
+func loadBalancerProblem(lb *networkingv1.LoadBalancerSettings) string {
 	ch := lb.GetConsistentHash()
 	if ch == nil {
 		return ""
 	}
-	at := where + ".consistentHash"
 	switch k := ch.GetHashKey().(type) {
 	case *networkingv1.LoadBalancerSettings_ConsistentHashLB_HttpHeaderName:
-		if why := checkHeaderName(at+".httpHeaderName", k.HttpHeaderName); why != "" {
-			return why
+		if why := checkHeaderName(k.HttpHeaderName); why != "" {
+			return at(".consistentHash.httpHeaderName", why)
 		}
 	case *networkingv1.LoadBalancerSettings_ConsistentHashLB_HttpCookie:
 		if k.HttpCookie.GetName() == "" {
-			return at + ".httpCookie: name is empty"
+			return ".consistentHash.httpCookie: name is empty"
 		}
 		for _, a := range k.HttpCookie.GetAttributes() {
 			if a.GetName() == "" {
-				return at + ".httpCookie.attributes: a name is empty"
+				return ".consistentHash.httpCookie.attributes: a name is empty"
 			}
 		}
 	case *networkingv1.LoadBalancerSettings_ConsistentHashLB_HttpQueryParameterName:
 		if k.HttpQueryParameterName == "" {
-			return at + ".httpQueryParameterName is empty"
+			return ".consistentHash.httpQueryParameterName is empty"
 		}
 	}
 	//lint:ignore SA1019 the deprecated field still applies, as in Istio
 	if n := max(ch.GetRingHash().GetMinimumRingSize(), ch.GetMinimumRingSize()); n > maxRingSize {
-		return fmt.Sprintf("%s: minimumRingSize %d is above %d", at, n, maxRingSize)
+		return fmt.Sprintf(".consistentHash: minimumRingSize %d is above %d", n, maxRingSize)
 	}
 	if ml := ch.GetMaglev(); ml != nil && ml.GetTableSize() >= 5000011 {
-		return fmt.Sprintf("%s.maglev.tableSize: %d is not below 5000011", at, ml.GetTableSize())
+		return fmt.Sprintf(".consistentHash.maglev.tableSize: %d is not below 5000011", ml.GetTableSize())
 	}
 	return ""
 }
 
-func clientTLSProblem(where string, t *networkingv1.ClientTLSSettings) string {
+func clientTLSProblem(t *networkingv1.ClientTLSSettings) string {
 	if t.GetMode() == networkingv1.ClientTLSSettings_MUTUAL && t.GetCredentialName() == "" &&
 		(t.GetClientCertificate() == "" || t.GetPrivateKey() == "") {
-		return where + ": mode MUTUAL needs clientCertificate and privateKey (or credentialName)"
+		return "mode MUTUAL needs clientCertificate and privateKey (or credentialName)"
 	}
 	return ""
 }

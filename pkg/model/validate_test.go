@@ -24,8 +24,8 @@ func TestCheckHeaderValue(t *testing.T) {
 		{"nul\x00", false},
 		{"del\x7f", false},
 	} {
-		if got := checkHeaderValue("v", tc.v) == ""; got != tc.ok {
-			t.Errorf("checkHeaderValue(%q) valid = %v, want %v (%s)", tc.v, got, tc.ok, checkHeaderValue("v", tc.v))
+		if got := checkHeaderValue(tc.v) == ""; got != tc.ok {
+			t.Errorf("checkHeaderValue(%q) valid = %v, want %v (%s)", tc.v, got, tc.ok, checkHeaderValue(tc.v))
 		}
 	}
 }
@@ -50,8 +50,19 @@ func TestCheckHost(t *testing.T) {
 		{"web.*.com", false},
 		{"x\nsplit", false},
 	} {
-		if got := checkHost("host", tc.host) == ""; got != tc.ok {
-			t.Errorf("checkHost(%q) valid = %v, want %v (%s)", tc.host, got, tc.ok, checkHost("host", tc.host))
+		if got := checkHost(tc.host) == ""; got != tc.ok {
+			t.Errorf("checkHost(%q) valid = %v, want %v (%s)", tc.host, got, tc.ok, checkHost(tc.host))
+		}
+	}
+}
+
+func TestCheckHeaderName(t *testing.T) {
+	for name, ok := range map[string]bool{
+		"x-request-id": true, ":authority": true, "X_Odd~Name!": true,
+		"": false, ":": false, "bad header": false, "x\nsplit": false, "a:b": false, "é": false,
+	} {
+		if got := checkHeaderName(name) == ""; got != ok {
+			t.Errorf("checkHeaderName(%q) valid = %v, want %v", name, got, ok)
 		}
 	}
 }

@@ -397,8 +397,8 @@ func resolveGateway(g, ns string) string {
 func validRoutes(spec *networkingv1.VirtualService, report func(string, ...any)) *networkingv1.VirtualService {
 	var hosts []string
 	for i, h := range spec.GetHosts() {
-		if why := checkHost(fmt.Sprintf("hosts[%d]", i), h); why != "" {
-			report("%s: host ignored", why)
+		if why := checkHost(h); why != "" {
+			report("hosts[%d]: %s: host ignored", i, why)
 			continue
 		}
 		hosts = append(hosts, h)
@@ -420,8 +420,8 @@ func validRoutes(spec *networkingv1.VirtualService, report func(string, ...any))
 			report("http[%d]: only one of route, redirect and directResponse may be set: route ignored", i)
 			continue
 		}
-		if why := httpRouteProblem(fmt.Sprintf("http[%d]", i), h); why != "" {
-			report("%s: route ignored", why)
+		if why := httpRouteProblem(h); why != "" {
+			report("%s: route ignored", at(fmt.Sprintf("http[%d]", i), why))
 			continue
 		}
 		bad := false
@@ -443,8 +443,8 @@ func validRoutes(spec *networkingv1.VirtualService, report func(string, ...any))
 			report("tcp[%d]: no route: ignored", i)
 			continue
 		}
-		if why := l4RouteProblem(fmt.Sprintf("tcp[%d]", i), t.GetRoute()); why != "" {
-			report("%s: ignored", why)
+		if why := l4RouteProblem(t.GetRoute()); why != "" {
+			report("%s: ignored", at(fmt.Sprintf("tcp[%d]", i), why))
 			continue
 		}
 		tcp = append(tcp, t)
@@ -456,8 +456,8 @@ func validRoutes(spec *networkingv1.VirtualService, report func(string, ...any))
 			report("tls[%d]: a tls route needs a match and a route: ignored", i)
 			continue
 		}
-		if why := l4RouteProblem(fmt.Sprintf("tls[%d]", i), t.GetRoute()); why != "" {
-			report("%s: ignored", why)
+		if why := l4RouteProblem(t.GetRoute()); why != "" {
+			report("%s: ignored", at(fmt.Sprintf("tls[%d]", i), why))
 			continue
 		}
 		tls = append(tls, t)

@@ -538,7 +538,7 @@ func TestInvalidValuesReported(t *testing.T) {
 		"c1/DestinationRule/app/web: trafficPolicy.connectionPool.tcp.connectTimeout: duration 0s is below 1ms: trafficPolicy.connectionPool ignored",
 		"c1/DestinationRule/app/web: trafficPolicy.loadBalancer.consistentHash.httpHeaderName: header name is empty: trafficPolicy.loadBalancer ignored",
 		"c1/DestinationRule/app/web: trafficPolicy.outlierDetection.interval: duration 0s is below 1ms: trafficPolicy.outlierDetection ignored",
-		`c1/VirtualService/app/web: http[0].match[0].headers: "bad header" is not a valid header name: route ignored`,
+		`c1/VirtualService/app/web: http[0].match[0].headers[bad header]: "bad header" is not a valid header name: route ignored`,
 		"c1/VirtualService/app/web: http[1].match[0].uri.regex: error parsing regexp: missing closing ): `((` (RE2 syntax): route ignored",
 		"c1/VirtualService/app/web: http[2].directResponse.status: HTTP status 42 is not in 200-599: route ignored",
 		`c1/VirtualService/app/web: http[3].rewrite.uri: "bad\nvalue" holds a control character: route ignored`,

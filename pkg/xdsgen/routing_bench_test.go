@@ -138,3 +138,33 @@ func BenchmarkRoutingProxies(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkRoutingRebuild is the model's side of a VirtualService change in
+// the 500-VirtualService mesh of BenchmarkRoutingProxies: apply the change
+// and build the snapshot (every VirtualService is resolved, merged and
+// checked again), without generating.
+func BenchmarkRoutingRebuild(b *testing.B) {
+	recs, _ := routingMesh(b, true)
+	s := storeWith(b, recs)
+	s.Snapshot()
+	vs := func(w int) *pb.ChangeRecord {
+		return objRecord(b, model.GroupNetworking, model.KindVirtualService, "ns-7", "svc-0007", map[string]any{"spec": map[string]any{
+			"hosts": []any{"svc-0007"},
+			"http": []any{map[string]any{"route": []any{
+				map[string]any{"destination": map[string]any{"host": "svc-0007", "subset": "v1"}, "weight": w},
+				map[string]any{"destination": map[string]any{"host": "svc-0007", "subset": "v2"}, "weight": 100 - w},
+			}}},
+		}})
+	}
+	recsByGen := [2]*pb.ChangeRecord{vs(90), vs(80)}
+	b.ReportAllocs()
+	for b.Loop() {
+		seq := s.AppliedSeq() + 1
+		if err := s.Apply(recsByGen[seq%2], seq); err != nil {
+			b.Fatal(err)
+		}
+		if m := s.Snapshot(); m.Seq != seq {
+			b.Fatalf("snapshot at %d, want %d", m.Seq, seq)
+		}
+	}
+}

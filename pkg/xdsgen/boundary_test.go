@@ -39,6 +39,14 @@ var boundaryProxies = []Proxy{
 	// The Gateway API testdata's Gateway infra/gw, as Istio deploys it.
 	{Generator: Envoy, Type: Router, Namespace: "infra", Labels: map[string]string{"gateway.networking.k8s.io/gateway-name": "gw"}},
 	{Generator: GRPC, Namespace: "default"},
+	// Workloads the workloadselector testdata's Sidecars and
+	// DestinationRules select.
+	{Generator: Envoy, Namespace: "default", Labels: map[string]string{"app": "web", "version": "v2"}},
+	{Generator: Envoy, Namespace: "default", Labels: map[string]string{"app": "canary"}},
+	// Proxies with a locality (the locality testdata's), whose load
+	// assignments are ordered and weighted by it.
+	{Generator: Envoy, Namespace: "app", Locality: model.Locality{Region: "us-east", Zone: "us-east-a", SubZone: "rack1"}},
+	{Generator: GRPC, Namespace: "app", Locality: model.Locality{Region: "eu-west", Zone: "eu-west-a"}},
 	{Generator: GRPC, Namespace: "app"},
 }
 

@@ -497,15 +497,20 @@ func TestBoundaryValuesValidate(t *testing.T) {
 					}
 				}
 				// A list's first element twice (two ports, servers, routes,
-				// hosts alike).
+				// hosts alike), and the list without it.
 				for _, path := range listPaths {
-					mutated.Add(1)
 					list := getPath(d.obj, path).([]any)
-					setPath(d.obj, path, append(slices.Clone(list), deepCopy(t, list[0])))
-					bad := invalidResources(t, boundaryMesh(t, docs, false))
-					setPath(d.obj, path, list)
-					if len(bad) > 0 {
-						t.Errorf("%s %s %v with its first element twice:\n  %s", d.ref.Kind, d.ref.Name, path, strings.Join(bad, "\n  "))
+					for _, v := range []struct {
+						what string
+						list []any
+					}{{"its first element twice", append(slices.Clone(list), deepCopy(t, list[0]))}, {"no first element", list[1:]}} {
+						mutated.Add(1)
+						setPath(d.obj, path, v.list)
+						bad := invalidResources(t, boundaryMesh(t, docs, false))
+						setPath(d.obj, path, list)
+						if len(bad) > 0 {
+							t.Errorf("%s %s %v with %s:\n  %s", d.ref.Kind, d.ref.Name, path, v.what, strings.Join(bad, "\n  "))
+						}
 					}
 				}
 				for _, path := range keyPaths {

@@ -445,15 +445,17 @@ func loadChecks(m proto.Message) []string {
 	return out
 }
 
-// TestBoundaryValuesValidate replaces, one at a time, every scalar and map
-// key of the spec (an EndpointSlice's endpoints and ports), labels and
-// annotations of every object in the generators' and the Gateway API
-// translator's testdata with zero, negative,
-// out-of-range, empty and malformed values, and
-// asserts that every resource generated from the result still passes
-// Envoy's validation: one bad field of one object must never make a
-// proxy reject a whole type (every cluster, every route) for everyone.
-// What the mesh cannot translate it reports as a problem.
+// TestBoundaryValuesValidate changes, one at a time, every object in the
+// generators' and the Gateway API translator's testdata: each scalar and
+// map key of its spec (an EndpointSlice's endpoints and ports), labels and
+// annotations becomes a zero, negative, out-of-range, empty or malformed
+// value; each list gets its first element twice, and loses it; the object
+// comes in twice under another name. Every resource generated from the
+// result for boundaryProxies must still pass Envoy's validation and the
+// checks of loadChecks, grpcChecks and crossChecks: one bad field of one
+// object must never make a proxy reject a whole type (every cluster,
+// every route) for everyone. What the mesh cannot translate it reports as
+// a problem (TestInvalidValuesReported).
 func TestBoundaryValuesValidate(t *testing.T) {
 	inputs, err := filepath.Glob(filepath.Join("testdata", "*", "*.yaml"))
 	if err != nil || len(inputs) == 0 {

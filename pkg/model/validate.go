@@ -209,6 +209,46 @@ func checkHeaderOps(h *networkingv1.Headers) string {
 	return ""
 }
 
+// ignoredHeaderOps are the header operations of a route and its
+// destinations that the generators leave out, as reasons under their
+// paths: a proxy does not let config set or remove pseudo-headers or
+// remove Host (a request's :authority or host set is a host rewrite
+// instead). Istio's webhook refuses them.
+func ignoredHeaderOps(h *networkingv1.HTTPRoute) []string {
+	var out []string
+	check := func(where string, hs *networkingv1.Headers) {
+		for _, dir := range []struct {
+			name string
+			ops  *networkingv1.Headers_HeaderOperations
+			req  bool
+		}{{".request", hs.GetRequest(), true}, {".response", hs.GetResponse(), false}} {
+			for _, kv := range []struct {
+				op string
+				m  map[string]string
+			}{{".set", dir.ops.GetSet()}, {".add", dir.ops.GetAdd()}} {
+				for _, name := range slices.Sorted(maps.Keys(kv.m)) {
+					rewrite := dir.req && (strings.EqualFold(name, ":authority") || strings.EqualFold(name, "host"))
+					if !rewrite && (strings.HasPrefix(name, ":") || strings.EqualFold(name, "host")) {
+						out = append(out, where+dir.name+kv.op+"["+name+"]: a proxy does not let config set it")
+					}
+				}
+			}
+			for _, name := range dir.ops.GetRemove() {
+				if strings.HasPrefix(name, ":") || strings.EqualFold(name, "host") {
+					out = append(out, where+dir.name+".remove["+name+"]: a proxy does not let config remove it")
+				}
+			}
+		}
+	}
+	check(".headers", h.GetHeaders())
+	for j, d := range h.GetRoute() {
+		if d.GetHeaders() != nil {
+			check(fmt.Sprintf(".route[%d].headers", j), d.GetHeaders())
+		}
+	}
+	return out
+}
+
 // checkMatchMap covers a match's headers, withoutHeaders or queryParams,
 // in the order of their names.
 func checkMatchMap(m map[string]*networkingv1.StringMatch, header bool) string {

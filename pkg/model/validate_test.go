@@ -1,6 +1,11 @@
 package model
 
-import "testing"
+import (
+	"slices"
+	"testing"
+
+	networkingv1 "istio.io/api/networking/v1"
+)
 
 func TestCheckHeaderValue(t *testing.T) {
 	for _, tc := range []struct {
@@ -64,5 +69,29 @@ func TestCheckHeaderName(t *testing.T) {
 		if got := checkHeaderName(name) == ""; got != ok {
 			t.Errorf("checkHeaderName(%q) valid = %v, want %v", name, got, ok)
 		}
+	}
+}
+
+func TestIgnoredHeaderOps(t *testing.T) {
+	ops := func(set map[string]string, remove ...string) *networkingv1.Headers_HeaderOperations {
+		return &networkingv1.Headers_HeaderOperations{Set: set, Remove: remove}
+	}
+	h := &networkingv1.HTTPRoute{
+		Headers: &networkingv1.Headers{
+			Request:  ops(map[string]string{":authority": "a", "host": "b", ":path": "/x", "x-ok": "1"}, ":method", "Host", "x-gone"),
+			Response: ops(map[string]string{"host": "c", ":status": "200"}),
+		},
+		Route: []*networkingv1.HTTPRouteDestination{{Headers: &networkingv1.Headers{Request: ops(nil, ":scheme")}}},
+	}
+	want := []string{
+		".headers.request.set[:path]: a proxy does not let config set it",
+		".headers.request.remove[:method]: a proxy does not let config remove it",
+		".headers.request.remove[Host]: a proxy does not let config remove it",
+		".headers.response.set[:status]: a proxy does not let config set it",
+		".headers.response.set[host]: a proxy does not let config set it",
+		".route[0].headers.request.remove[:scheme]: a proxy does not let config remove it",
+	}
+	if got := ignoredHeaderOps(h); !slices.Equal(got, want) {
+		t.Errorf("ignoredHeaderOps:\n got %q\nwant %q", got, want)
 	}
 }

@@ -424,6 +424,9 @@ func validRoutes(spec *networkingv1.VirtualService, report func(string, ...any))
 			report("%s: route ignored", at(fmt.Sprintf("http[%d]", i), why))
 			continue
 		}
+		for _, why := range ignoredHeaderOps(h) {
+			report("%s: ignored", at(fmt.Sprintf("http[%d]", i), why))
+		}
 		bad := false
 		for j, d := range h.GetRoute() {
 			if d.GetDestination().GetHost() == "" {

@@ -226,9 +226,22 @@ func ignoredHeaderOps(h *networkingv1.HTTPRoute) []string {
 				op string
 				m  map[string]string
 			}{{".set", dir.ops.GetSet()}, {".add", dir.ops.GetAdd()}} {
-				for _, name := range slices.Sorted(maps.Keys(kv.m)) {
+				ignored := func(name string) bool {
 					rewrite := dir.req && (strings.EqualFold(name, ":authority") || strings.EqualFold(name, "host"))
-					if !rewrite && (strings.HasPrefix(name, ":") || strings.EqualFold(name, "host")) {
+					return !rewrite && (strings.HasPrefix(name, ":") || strings.EqualFold(name, "host"))
+				}
+				found := false // sort the names only when one is left out
+				for name := range kv.m {
+					if ignored(name) {
+						found = true
+						break
+					}
+				}
+				if !found {
+					continue
+				}
+				for _, name := range slices.Sorted(maps.Keys(kv.m)) {
+					if ignored(name) {
 						out = append(out, where+dir.name+kv.op+"["+name+"]: a proxy does not let config set it")
 					}
 				}

@@ -18,6 +18,7 @@ FUZZTIME ?= 10s
 # package:target of every fuzz test; seeds live in <package>/testdata/fuzz/<target>/.
 FUZZ_TARGETS := \
 	./services/ingest/manifest:FuzzParseManifest \
+	./services/ingest/kubesource:FuzzContentVersion \
 	./pkg/model:FuzzApply \
 	./pkg/model:FuzzFastDecode \
 	./pkg/model:FuzzCompactForm \

@@ -1,6 +1,7 @@
 package kubesource
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -209,7 +210,7 @@ func (c *cluster) toObject(gvk schema.GroupVersionKind, obj any) (publish.Object
 	if err != nil {
 		return publish.Object{}, fmt.Errorf("%s %s/%s: %w", kindLabel(gvk.GroupKind()), m.GetNamespace(), m.GetName(), err)
 	}
-	content, err := contentVersion(obj)
+	content, err := contentVersion(obj, data)
 	if err != nil {
 		return publish.Object{}, fmt.Errorf("%s %s/%s: %w", kindLabel(gvk.GroupKind()), m.GetNamespace(), m.GetName(), err)
 	}
@@ -230,9 +231,24 @@ func (c *cluster) toObject(gvk schema.GroupVersionKind, obj any) (publish.Object
 // heartbeats): their resourceVersion moves while the record stays the same.
 // The informer sees that as unchanged (see unchanged); the content version
 // lets the publisher see it too after a restart, when the informer has
-// nothing older to compare with. The stored object is shared: it is copied
-// (shallowly, to blank one field), never changed.
-func contentVersion(obj any) (string, error) {
+// nothing older to compare with. data is obj's JSON: the version is of
+// those bytes without the resourceVersion member, which are the bytes
+// json.Marshal writes for obj with the field blank. When the member cannot
+// be cut out of data, obj is marshalled again that way. The stored object
+// is shared: it is copied (shallowly, to blank one field), never changed.
+func contentVersion(obj any, data []byte) (string, error) {
+	var rv string
+	switch o := obj.(type) {
+	case *corev1.Pod:
+		rv = o.ResourceVersion
+	case *corev1.Node:
+		rv = o.ResourceVersion
+	default:
+		return "", nil
+	}
+	if cut, ok := withoutResourceVersion(data, rv); ok {
+		return publish.ContentVersion(cut), nil
+	}
 	var v any
 	switch o := obj.(type) {
 	case *corev1.Pod:
@@ -243,14 +259,48 @@ func contentVersion(obj any) (string, error) {
 		cp := *o
 		cp.ResourceVersion = ""
 		v = &cp
-	default:
-		return "", nil
 	}
-	data, err := json.Marshal(v)
+	blank, err := json.Marshal(v)
 	if err != nil {
 		return "", err
 	}
-	return publish.ContentVersion(data), nil
+	return publish.ContentVersion(blank), nil
+}
+
+// withoutResourceVersion returns data, the JSON of a Pod or Node whose
+// resourceVersion is rv, without its metadata's resourceVersion member; ok
+// is false when the member is not found as json.Marshal writes it. The
+// first match is the metadata's member: encoding/json writes the type's
+// kind and apiVersion, then the metadata's name, generateName, namespace,
+// selfLink and uid before it, all strings, in which every quote is escaped,
+// and everything else after it. rv must need no escaping to be matched.
+func withoutResourceVersion(data []byte, rv string) ([]byte, bool) {
+	if rv == "" {
+		return data, true // omitempty: there is no member
+	}
+	for i := 0; i < len(rv); i++ {
+		if c := rv[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			return nil, false
+		}
+	}
+	member := make([]byte, 0, len(`"resourceVersion":""`)+len(rv))
+	member = append(append(append(member, `"resourceVersion":"`...), rv...), '"')
+	i := bytes.Index(data, member)
+	if i <= 0 {
+		return nil, false
+	}
+	lo, hi := i, i+len(member)
+	switch {
+	case data[i-1] == ',':
+		lo-- // the comma before it
+	case data[i-1] == '{' && hi < len(data) && data[hi] == ',':
+		hi++ // the first member: the comma after it
+	case data[i-1] == '{' && hi < len(data) && data[hi] == '}':
+	default:
+		return nil, false
+	}
+	out := make([]byte, 0, len(data)-(hi-lo))
+	return append(append(out, data[:lo]...), data[hi:]...), true
 }
 
 // source is the records' source field: "kube:<origin>".

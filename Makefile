@@ -100,10 +100,10 @@ test-faults: build ## the fault matrix: 3-node NATS cluster, services as process
 test-short: ## unit tests only (-short, no kube-apiserver), with -race
 	$(GO) test -race -short -count=1 $(PKGS)
 
-bench: build ## pilotwire vs go-control-plane, quick profile (1000 proxies, mesh 100x10; ~3 min)
+bench: build k8s-binaries ## pilotwire vs go-control-plane, quick profile (1000 proxies, mesh 100x10; ~4 min), and ingest from a real kube-apiserver
 	$(BIN)/pwbench run
 
-bench-full: build ## pilotwire vs go-control-plane, the whole matrix (100/1000/5000 proxies, 100x10 and 1000x10)
+bench-full: build k8s-binaries ## pilotwire vs go-control-plane, the whole matrix (100/1000/5000 proxies, 100x10 and 1000x10)
 	$(BIN)/pwbench run --proxies 100,1000,5000 --mesh 100x10,1000x10 --rounds 1 --warmup 0
 
 bench-go: k8s-binaries ## run the Go benchmarks of the hot paths (BenchmarkKubeIngest needs the kube-apiserver)

@@ -3,7 +3,6 @@ package ingest_test
 import (
 	"context"
 	"flag"
-	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -17,16 +16,9 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/utils/ptr"
 
 	"github.com/pilotwire/pilotwire/internal/testkit/k8stest"
+	"github.com/pilotwire/pilotwire/internal/testkit/kubemesh"
 	"github.com/pilotwire/pilotwire/internal/testkit/natstest"
 	"github.com/pilotwire/pilotwire/pkg/bus"
 	"github.com/pilotwire/pilotwire/pkg/natsembed"
@@ -35,20 +27,16 @@ import (
 	"github.com/pilotwire/pilotwire/services/ingest/internal/ingesttest"
 )
 
-// The mesh of BenchmarkKubeIngest: -kubebench.services Services over
-// benchNamespaces namespaces, each with one EndpointSlice of
-// benchEndpoints ready endpoints (one Pod each, as the EndpointSlice
-// controller writes them). Creating it in the apiserver is setup; on this
-// 2-core machine 3,000 services take about a minute (6,000 objects).
+// The mesh of BenchmarkKubeIngest: -kubebench.services Services of
+// kubemesh's mesh, each with one EndpointSlice of kubemesh.Endpoints ready
+// endpoints (one Pod each, as the EndpointSlice controller writes them).
+// Creating it in the apiserver is setup; on this 2-core machine 3,000
+// services take about a minute (6,000 objects).
 var benchServicesFlag = flag.Int("kubebench.services", 3000, "Services (each with one EndpointSlice) in BenchmarkKubeIngest's mesh")
 
 const (
-	benchNamespaces = 10
-	benchEndpoints  = 10
 	// benchPatched is how many EndpointSlices watch_updates patches.
 	benchPatched = 1000
-	// benchWriters create and patch objects concurrently.
-	benchWriters = 32
 	// benchTimeout bounds one iteration's wait.
 	benchTimeout = 2 * time.Minute
 )
@@ -84,15 +72,24 @@ func BenchmarkKubeIngest(b *testing.B) {
 	}
 	benchServices := *benchServicesFlag
 	c := k8stest.Start(b)
-	kube := benchClient(b, c.Config)
+	kube, err := kubemesh.Client(c.Config)
+	if err != nil {
+		b.Fatal(err)
+	}
 	setup := time.Now()
 	var want int
-	pprof.Do(context.Background(), pprof.Labels("kubebench", "setup"), func(context.Context) {
-		createMesh(b, kube, benchServices)
-		want = listedObjects(b, kube)
+	pprof.Do(context.Background(), pprof.Labels("kubebench", "setup"), func(ctx context.Context) {
+		ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+		defer cancel()
+		if err = kubemesh.Create(ctx, kube, benchServices); err == nil {
+			want, err = kubemesh.Listed(ctx, kube)
+		}
 	})
+	if err != nil {
+		b.Fatal(err)
+	}
 	b.Logf("mesh: %d services x %d endpoints, %d objects to record, created in %v",
-		benchServices, benchEndpoints, want, time.Since(setup).Round(time.Millisecond))
+		benchServices, kubemesh.Endpoints, want, time.Since(setup).Round(time.Millisecond))
 
 	b.Run("initial_sync", func(b *testing.B) {
 		b.ReportAllocs()
@@ -131,7 +128,7 @@ func BenchmarkKubeIngest(b *testing.B) {
 		in.start(b, js)
 		defer in.stop(b)
 		in.waitReady(b)
-		slices := benchSlices(min(benchServices, benchPatched))
+		slices := kubemesh.Slices(min(benchServices, benchPatched))
 		b.ReportAllocs()
 		b.StartTimer()
 		var total, patching, lag, cpu, kubeCPU time.Duration
@@ -142,7 +139,13 @@ func BenchmarkKubeIngest(b *testing.B) {
 			gen++ // across runs: the apiserver keeps the last one's
 			b.StartTimer()
 			start, cpu0, kcpu0 := time.Now(), selfCPU(), childrenCPU()
-			pprof.Do(context.Background(), pprof.Labels("kubebench", "patch"), func(context.Context) { patchSlices(b, kube, slices, gen) })
+			pprof.Do(context.Background(), pprof.Labels("kubebench", "patch"), func(ctx context.Context) {
+				ctx, cancel := context.WithTimeout(ctx, benchTimeout)
+				defer cancel()
+				if err := kubemesh.Patch(ctx, kube, slices, gen); err != nil {
+					b.Fatal(err)
+				}
+			})
 			patched := time.Now()
 			w.wait(b)
 			end := time.Now()
@@ -165,189 +168,6 @@ func BenchmarkKubeIngest(b *testing.B) {
 		b.ReportMetric(cpu.Seconds()/float64(b.N), "cpu-s/op")
 		b.ReportMetric(kubeCPU.Seconds()/float64(b.N), "kube-cpu-s/op")
 	})
-}
-
-// benchClient is a client for setup, over protobuf, limited only by the
-// apiserver.
-func benchClient(b *testing.B, cfg *rest.Config) kubernetes.Interface {
-	b.Helper()
-	cfg = rest.CopyConfig(cfg)
-	cfg.QPS, cfg.Burst = -1, 0 // no client-side rate limit
-	cfg.ContentType = "application/vnd.kubernetes.protobuf"
-	kube, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		b.Fatal(err)
-	}
-	return kube
-}
-
-type sliceRef struct{ ns, name string }
-
-func benchNamespace(i int) string { return fmt.Sprintf("mesh-%02d", i%benchNamespaces) }
-
-func benchSlices(n int) []sliceRef {
-	out := make([]sliceRef, n)
-	for i := range out {
-		out[i] = sliceRef{benchNamespace(i), fmt.Sprintf("svc-%05d-abcde", i)}
-	}
-	return out
-}
-
-// endpointIP is endpoint e of service i at generation gen.
-func endpointIP(i, e, gen int) string {
-	n := i*benchEndpoints + e
-	return fmt.Sprintf("10.%d.%d.%d", 64+gen%64, n/250%250, n%250+1)
-}
-
-func benchEndpointList(i, gen int) []discoveryv1.Endpoint {
-	out := make([]discoveryv1.Endpoint, benchEndpoints)
-	for e := range out {
-		pod := fmt.Sprintf("svc-%05d-%d", i, e)
-		out[e] = discoveryv1.Endpoint{
-			Addresses:  []string{endpointIP(i, e, gen)},
-			Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true), Serving: ptr.To(true), Terminating: ptr.To(false)},
-			NodeName:   ptr.To(fmt.Sprintf("node-%d", e%3)),
-			Zone:       ptr.To("zone-a"),
-			TargetRef:  &corev1.ObjectReference{Kind: "Pod", Namespace: benchNamespace(i), Name: pod},
-		}
-	}
-	return out
-}
-
-// createMesh creates the namespaces, Services and EndpointSlices,
-// benchWriters at a time.
-func createMesh(b *testing.B, kube kubernetes.Interface, services int) {
-	b.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	for n := range benchNamespaces {
-		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: benchNamespace(n), Labels: map[string]string{"istio-injection": "enabled"}}}
-		if _, err := kube.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
-			b.Fatal(err)
-		}
-	}
-	parallel(b, services, func(i int) error {
-		name, ns := fmt.Sprintf("svc-%05d", i), benchNamespace(i)
-		labels := map[string]string{"app": name, "version": "v1"}
-		svc := &corev1.Service{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
-			Spec: corev1.ServiceSpec{
-				Selector: labels,
-				Ports: []corev1.ServicePort{
-					{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080), Protocol: corev1.ProtocolTCP},
-					{Name: "grpc", Port: 9090, Protocol: corev1.ProtocolTCP, AppProtocol: ptr.To("grpc")},
-				},
-			},
-		}
-		if _, err := kube.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
-			return err
-		}
-		es := &discoveryv1.EndpointSlice{
-			ObjectMeta: metav1.ObjectMeta{
-				Name:   name + "-abcde",
-				Labels: map[string]string{discoveryv1.LabelServiceName: name, discoveryv1.LabelManagedBy: "endpointslice-controller.k8s.io"},
-			},
-			AddressType: discoveryv1.AddressTypeIPv4,
-			Endpoints:   benchEndpointList(i, 0),
-			Ports: []discoveryv1.EndpointPort{
-				{Name: ptr.To("http"), Port: ptr.To[int32](8080), Protocol: ptr.To(corev1.ProtocolTCP)},
-				{Name: ptr.To("grpc"), Port: ptr.To[int32](9090), Protocol: ptr.To(corev1.ProtocolTCP), AppProtocol: ptr.To("grpc")},
-			},
-		}
-		_, err := kube.DiscoveryV1().EndpointSlices(ns).Create(ctx, es, metav1.CreateOptions{})
-		return err
-	})
-}
-
-// patchSlices moves every slice's endpoints to generation gen.
-func patchSlices(b *testing.B, kube kubernetes.Interface, slices []sliceRef, gen int) {
-	b.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), benchTimeout)
-	defer cancel()
-	parallel(b, len(slices), func(i int) error {
-		var sb strings.Builder
-		sb.WriteString(`{"endpoints":[`)
-		for e, ep := range benchEndpointList(i, gen) {
-			if e > 0 {
-				sb.WriteByte(',')
-			}
-			fmt.Fprintf(&sb, `{"addresses":[%q],"conditions":{"ready":true,"serving":true,"terminating":false},"nodeName":%q,"zone":"zone-a","targetRef":{"kind":"Pod","namespace":%q,"name":%q}}`,
-				ep.Addresses[0], *ep.NodeName, ep.TargetRef.Namespace, ep.TargetRef.Name)
-		}
-		sb.WriteString(`]}`)
-		_, err := kube.DiscoveryV1().EndpointSlices(slices[i].ns).Patch(ctx, slices[i].name, types.MergePatchType, []byte(sb.String()), metav1.PatchOptions{})
-		return err
-	})
-}
-
-// parallel runs f(0..n-1) on benchWriters goroutines and fails on the
-// first error.
-func parallel(b *testing.B, n int, f func(i int) error) {
-	b.Helper()
-	var (
-		next atomic.Int64
-		wg   sync.WaitGroup
-		mu   sync.Mutex
-		errs []error
-	)
-	for range benchWriters {
-		wg.Go(func() {
-			for {
-				i := int(next.Add(1) - 1)
-				if i >= n {
-					return
-				}
-				if err := f(i); err != nil {
-					mu.Lock()
-					errs = append(errs, fmt.Errorf("object %d: %w", i, err))
-					mu.Unlock()
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	if len(errs) > 0 {
-		b.Fatal(errs[0])
-	}
-}
-
-// listedObjects counts what the source lists and records: every Service,
-// EndpointSlice, Pod, Node and Namespace.
-func listedObjects(b *testing.B, kube kubernetes.Interface) int {
-	b.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), benchTimeout)
-	defer cancel()
-	n := 0
-	for _, list := range []func() (int, error){
-		func() (int, error) {
-			l, err := kube.CoreV1().Services("").List(ctx, metav1.ListOptions{})
-			return len(l.Items), err
-		},
-		func() (int, error) {
-			l, err := kube.DiscoveryV1().EndpointSlices("").List(ctx, metav1.ListOptions{})
-			return len(l.Items), err
-		},
-		func() (int, error) {
-			l, err := kube.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
-			return len(l.Items), err
-		},
-		func() (int, error) {
-			l, err := kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-			return len(l.Items), err
-		},
-		func() (int, error) {
-			l, err := kube.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
-			return len(l.Items), err
-		},
-	} {
-		k, err := list()
-		if err != nil {
-			b.Fatal(err)
-		}
-		n += k
-	}
-	return n
 }
 
 // benchNATS starts a fresh embedded JetStream with file storage.

@@ -116,12 +116,12 @@ type inProcLab struct {
 	js  jetstream.JetStream
 }
 
-func (l *inProcLab) Ingest(ctx context.Context, prefix, dir string) (runner.IngestRun, error) {
+func (l *inProcLab) Ingest(ctx context.Context, prefix string, src runner.IngestSource) (runner.IngestRun, error) {
 	_, js := natstest.Connect(l.t, l.url)
 	health := &svc.Health{}
 	start := time.Now()
 	ready, err := runUntilReady(ctx, health, func(ctx context.Context) error {
-		return ingest.Run(ctx, ingest.Config{Common: svc.Common{NATSURL: l.url, Prefix: prefix}, ConfigDir: dir, ClusterID: "Kubernetes"},
+		return ingest.Run(ctx, ingest.Config{Common: svc.Common{NATSURL: l.url, Prefix: prefix}, ConfigDir: src.Dir, Kubeconfig: src.Kubeconfig, ClusterID: "Kubernetes"},
 			svc.Deps{JS: js, Log: slog.New(slog.DiscardHandler), Reg: prometheus.NewRegistry(), Health: health})
 	})
 	if err != nil {
@@ -319,7 +319,7 @@ func TestBenchBinaries(t *testing.T) {
 		"--restart-endpoints", "4", "--restart-steps", "2", "--restart-duration", "200ms",
 		"--quiet", "100ms", "--step-timeout", "30s", "--baseline-debounce", "20ms",
 		"--ours-env", "PILOT_DEBOUNCE_AFTER=20ms", "--ours-env", "PILOTWIRE_FILE_DEBOUNCE=20ms",
-		"--records-mesh", "20x2", "--records-repeat", "1",
+		"--records-mesh", "20x2", "--records-repeat", "1", "--kube-services", "20",
 		"--work-dir", work, "--json", filepath.Join(work, "out.json"), "--png", filepath.Join(work, "out.png"))
 	var stdout bytes.Buffer
 	cmd.Stdout = &stdout
@@ -349,6 +349,16 @@ func TestBenchBinaries(t *testing.T) {
 	}
 	if r := rep.Records; r == nil || r.Records != 40 || r.ReplaySnapshot.N != 1 {
 		t.Errorf("records: %+v, want 40, replayed from a snapshot once", r)
+	}
+	// Ingest from a real kube-apiserver's informers: the runner checked the
+	// stream held one record per listed object.
+	if r := rep.Records; r != nil {
+		if k := r.Kube; k == nil || k.Err != "" || k.Objects < 40 || k.EndToEnd.N != 1 {
+			t.Errorf("ingest from a Kubernetes informer: %+v, want the 20 Services and their EndpointSlices ingested once", k)
+		}
+	}
+	if !strings.Contains(stdout.String(), "| Ingest from a Kubernetes informer, end to end") {
+		t.Errorf("no informer ingest row on stdout:\n%s", stdout.String())
 	}
 	if !strings.Contains(stdout.String(), "| One endpoint changed, p99 |") {
 		t.Errorf("no table on stdout:\n%s", stdout.String())

@@ -95,7 +95,7 @@ func runReplay(ctx context.Context, c replayConfig, out io.Writer) error {
 	}
 	defer lab.Close()
 	const prefix = "replay"
-	ing, err := lab.Ingest(ctx, prefix, meshDir)
+	ing, err := lab.Ingest(ctx, prefix, runner.IngestSource{Dir: meshDir})
 	if err != nil {
 		return err
 	}

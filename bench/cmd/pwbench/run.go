@@ -40,6 +40,7 @@ type benchConfig struct {
 	Records          bool
 	RecordsMesh      string
 	RecordsRepeat    int
+	KubeServices     int
 	Bare             bool
 	ProfileDir       string
 }
@@ -101,6 +102,7 @@ stdout, progress to stderr, raw numbers to --json and charts to --png.`,
 	fs.BoolVar(&c.Records, "records", true, "measure change records ingested and replayed per second")
 	fs.StringVar(&c.RecordsMesh, "records-mesh", "10000x10", "mesh ingested and replayed by the records measurement")
 	fs.IntVar(&c.RecordsRepeat, "records-repeat", 3, "repetitions of the records measurement")
+	fs.IntVar(&c.KubeServices, "kube-services", 3000, "records measurement: Services (each with an EndpointSlice) written into a real kube-apiserver for ingest's informer source; needs make k8s-binaries (0 skips it)")
 	fs.BoolVar(&c.Bare, "bare", true, "measure a bare gRPC ADS server's memory per stream")
 	fs.StringVar(&c.ProfileDir, "profile-dir", "", "write CPU profiles of the baseline and load generator processes here")
 	return cmd
@@ -228,6 +230,7 @@ func runBench(ctx context.Context, c benchConfig, argv []string) error {
 		Quiet:            c.Quiet,
 		RecordsMesh:      recordsMesh,
 		RecordsRepeat:    c.RecordsRepeat,
+		KubeServices:     c.KubeServices,
 		WorkDir:          c.WorkDir,
 		DebounceAfter:    waits.debounceAfter,
 		FileDebounce:     waits.fileQuiet,

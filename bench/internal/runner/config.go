@@ -99,9 +99,10 @@ func (LocalFleets) CPU(Fleet) (time.Duration, bool) { return 0, false }
 // directory into change records, and how fast a fresh ADS frontend
 // replays them into its model.
 type RecordsLab interface {
-	// Ingest runs an ingest of dir under a fresh subject prefix until it
-	// is ready (its initial scan published), stops it, and reports.
-	Ingest(ctx context.Context, prefix, dir string) (IngestRun, error)
+	// Ingest runs an ingest of src under a fresh subject prefix until it
+	// is ready (its initial scan or list published), stops it, and
+	// reports.
+	Ingest(ctx context.Context, prefix string, src IngestSource) (IngestRun, error)
 	// Replay starts an ADS frontend on prefix, times it until ready (its
 	// model caught up with the stream), and stops it.
 	Replay(ctx context.Context, prefix string) (time.Duration, error)
@@ -112,6 +113,10 @@ type RecordsLab interface {
 }
 
 // IngestRun is one ingest of a directory.
+// IngestSource is what an ingest reads: a directory of manifests, or the
+// cluster of a kubeconfig through its informers.
+type IngestSource struct{ Dir, Kubeconfig string }
+
 type IngestRun struct {
 	// Ready is from the process start to ready.
 	Ready time.Duration
@@ -164,6 +169,11 @@ type Config struct {
 	Records       RecordsLab
 	RecordsMesh   mesh.Spec
 	RecordsRepeat int
+	// KubeServices is the size of the mesh the records measurement writes
+	// into a real kube-apiserver (k8stest; etcd and kube-apiserver from
+	// make k8s-binaries) for ingest's informer source: Services with one
+	// EndpointSlice each (internal/testkit/kubemesh). 0 skips it.
+	KubeServices int
 
 	// WorkDir holds mesh directories (one per round).
 	WorkDir string

@@ -50,14 +50,20 @@ type procLab struct {
 	once sync.Once // Close
 }
 
-func (l *procLab) Ingest(ctx context.Context, prefix, dir string) (IngestRun, error) {
+func (l *procLab) Ingest(ctx context.Context, prefix string, src IngestSource) (IngestRun, error) {
 	port, err := FreePorts(1)
 	if err != nil {
 		return IngestRun{}, err
 	}
+	args := []string{"--nats-url", l.ns.URL(), "--prefix", prefix, "--http-addr", addr(port), "--log-level", "warn"}
+	if src.Dir != "" {
+		args = append(args, "--config-dir", src.Dir)
+	}
+	if src.Kubeconfig != "" {
+		args = append(args, "--kubeconfig", src.Kubeconfig)
+	}
 	start := time.Now()
-	pr, err := l.p.start(l.p.next("ingest-"+prefix), filepath.Join(l.p.BinDir, "ingest"), nil,
-		"--nats-url", l.ns.URL(), "--prefix", prefix, "--http-addr", addr(port), "--config-dir", dir, "--log-level", "warn")
+	pr, err := l.p.start(l.p.next("ingest-"+prefix), filepath.Join(l.p.BinDir, "ingest"), nil, args...)
 	if err != nil {
 		return IngestRun{}, err
 	}

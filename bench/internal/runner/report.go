@@ -329,7 +329,18 @@ func (r *Report) WriteMarkdown(w io.Writer) {
 			judge(rec.ReplayNet.Median >= targetReplayRate, "≥ 150k records/s replayed"))
 		fmt.Fprintf(w, "| Replay from a snapshot of the stream (process start to ready) | %s | %s |\n", rate(rec.ReplaySnapshot),
 			judge(rec.ReplaySnapshot.Median >= targetReplayRate, "≥ 150k records/s replayed"))
-		fmt.Fprintf(w, "| Frontend start to ready on an empty stream | %s | |\n\n", formatSummary(rec.EmptyStart, unitMS))
+		fmt.Fprintf(w, "| Frontend start to ready on an empty stream | %s | |\n", formatSummary(rec.EmptyStart, unitMS))
+		if k := rec.Kube; k != nil {
+			what := fmt.Sprintf("%d Services and EndpointSlices, %d objects", k.Services, k.Objects)
+			if k.Err != "" {
+				fmt.Fprintf(w, "| Ingest from a Kubernetes informer (%s) | failed: %s | |\n", what, strings.ReplaceAll(k.Err, "\n", " "))
+			} else {
+				fmt.Fprintf(w, "| Ingest from a Kubernetes informer, publishing (%s) | %s | |\n", what, rate(k.Publish))
+				fmt.Fprintf(w, "| Ingest from a Kubernetes informer, end to end (process start to ready: list, encode, publish) | %s | %s |\n", rate(k.EndToEnd),
+					judge(k.EndToEnd.Median >= targetIngestRate, "≥ 50k records/s ingested"))
+			}
+		}
+		fmt.Fprintln(w)
 	}
 }
 

@@ -154,6 +154,26 @@ type RecordsResult struct {
 	ReplaySnapshot stats.Summary `json:"replay_snapshot_per_s"`
 	EmptyStart     stats.Summary `json:"empty_start_s"`
 	Err            string        `json:"error,omitempty"`
+	// Kube is ingest from a Kubernetes informer source (nil: not asked).
+	Kube *KubeIngestResult `json:"kube,omitempty"`
+}
+
+// KubeIngestResult measures ingest from a real kube-apiserver's informers:
+// Services of internal/testkit/kubemesh's mesh with one EndpointSlice
+// each, plus the cluster's own objects.
+type KubeIngestResult struct {
+	Services int `json:"services"`
+	// Objects is what the source lists and records; each run's stream must
+	// hold exactly that many records once ingest is ready.
+	Objects int `json:"objects"`
+	// Records per second, as for the YAML directory: publishing (stream
+	// time of the first to the last record) and end to end (process start
+	// to ready: connect, list, encode, publish).
+	Publish  stats.Summary `json:"publish_per_s"`
+	EndToEnd stats.Summary `json:"end_to_end_per_s"`
+	// Setup is the time the mesh took to create in the apiserver.
+	Setup float64 `json:"setup_s"`
+	Err   string  `json:"error,omitempty"`
 }
 
 // Report is everything a run measured.

@@ -16,6 +16,8 @@ import (
 	"github.com/pilotwire/pilotwire/bench/internal/stats"
 	"github.com/pilotwire/pilotwire/bench/internal/xdsstate"
 	"github.com/pilotwire/pilotwire/bench/internal/yamldir"
+	"github.com/pilotwire/pilotwire/internal/testkit/k8stest"
+	"github.com/pilotwire/pilotwire/internal/testkit/kubemesh"
 	"github.com/pilotwire/pilotwire/pkg/model"
 	"github.com/pilotwire/pilotwire/pkg/xdsgen"
 )
@@ -739,7 +741,7 @@ func (r *runner) records(ctx context.Context) *RecordsResult {
 	var publish, e2e, replay, net, empty, fromSnap []float64
 	for i := range r.cfg.RecordsRepeat {
 		prefix := fmt.Sprintf("rec%d", i)
-		run, err := r.cfg.Records.Ingest(ctx, prefix, dir)
+		run, err := r.cfg.Records.Ingest(ctx, prefix, IngestSource{Dir: dir})
 		if err != nil {
 			return fail(err)
 		}
@@ -775,6 +777,62 @@ func (r *runner) records(ctx context.Context) *RecordsResult {
 	res.IngestPublish, res.IngestEndToEnd = stats.Summarize(publish), stats.Summarize(e2e)
 	res.Replay, res.ReplayNet, res.EmptyStart = stats.Summarize(replay), stats.Summarize(net), stats.Summarize(empty)
 	res.ReplaySnapshot = stats.Summarize(fromSnap)
+	if r.cfg.KubeServices > 0 {
+		res.Kube = r.kubeIngest(ctx)
+	}
+	return res
+}
+
+// kubeIngest measures ingest from a Kubernetes informer source: it starts
+// etcd and kube-apiserver (k8stest), writes kubemesh's mesh into them,
+// and runs ingest on the cluster RecordsRepeat times, each on a fresh
+// subject prefix.
+func (r *runner) kubeIngest(ctx context.Context) *KubeIngestResult {
+	res := &KubeIngestResult{Services: r.cfg.KubeServices}
+	fail := func(err error) *KubeIngestResult {
+		res.Err = err.Error()
+		r.printf("[records kube] FAILED: %v", err)
+		return res
+	}
+	dir := filepath.Join(r.cfg.WorkDir, "kube")
+	cluster, err := k8stest.Run(ctx, dir, r.printf)
+	if err != nil {
+		return fail(err)
+	}
+	defer cluster.Stop()
+	kube, err := kubemesh.Client(cluster.Config)
+	if err != nil {
+		return fail(err)
+	}
+	setup := time.Now()
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+	err = kubemesh.Create(sctx, kube, r.cfg.KubeServices)
+	if err == nil {
+		res.Objects, err = kubemesh.Listed(sctx, kube)
+	}
+	cancel()
+	if err != nil {
+		return fail(fmt.Errorf("create the mesh: %w", err))
+	}
+	res.Setup = time.Since(setup).Seconds()
+	r.printf("[records kube] %d services x %d endpoints created in %s: %d objects to record",
+		r.cfg.KubeServices, kubemesh.Endpoints, time.Since(setup).Round(time.Millisecond), res.Objects)
+	var publish, e2e []float64
+	for i := range r.cfg.RecordsRepeat {
+		run, err := r.cfg.Records.Ingest(ctx, fmt.Sprintf("kube%d", i), IngestSource{Kubeconfig: cluster.Kubeconfig})
+		if err != nil {
+			return fail(err)
+		}
+		if run.Records != res.Objects {
+			return fail(fmt.Errorf("the stream holds %d records once ingest is ready, want %d (one per listed object)", run.Records, res.Objects))
+		}
+		if d := run.Last.Sub(run.First); d > 0 {
+			publish = append(publish, float64(run.Records)/d.Seconds())
+		}
+		e2e = append(e2e, float64(run.Records)/run.Ready.Seconds())
+		r.printf("[records kube] %d records: ingest ready in %s (publish %.0f/s)", run.Records, run.Ready.Round(time.Millisecond), last(publish))
+	}
+	res.Publish, res.EndToEnd = stats.Summarize(publish), stats.Summarize(e2e)
 	return res
 }
 

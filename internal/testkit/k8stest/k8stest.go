@@ -48,7 +48,8 @@ type Cluster struct {
 	Kubeconfig string
 
 	// Set at start, read-only after.
-	t          testing.TB
+	t          testing.TB // nil for a cluster of Run
+	logf       func(format string, args ...any)
 	opts       options
 	bins       binaries
 	dir        string
@@ -105,7 +106,7 @@ func Start(t testing.TB, opts ...Option) *Cluster {
 	}
 	// TempDir before Cleanup: cleanups run last-in first-out, so the
 	// children are stopped before their data directory is removed.
-	c := &Cluster{t: t, opts: o, bins: bins, dir: t.TempDir()}
+	c := &Cluster{t: t, logf: t.Logf, opts: o, bins: bins, dir: t.TempDir()}
 	t.Cleanup(c.cleanup)
 
 	began := time.Now()
@@ -116,6 +117,32 @@ func Start(t testing.TB, opts ...Option) *Cluster {
 	}
 	t.Logf("k8stest: cluster %s ready in %v (logs in %s)", c.Config.Host, time.Since(began).Round(time.Millisecond), c.dir)
 	return c
+}
+
+// Run runs a new cluster outside a test (a benchmark harness), with its
+// data and logs in dir, and returns once the apiserver is ready and the
+// "default" namespace exists. logf receives what Stop has to say. The
+// caller stops the cluster with Stop; on an error nothing is left running.
+func Run(ctx context.Context, dir string, logf func(format string, args ...any), opts ...Option) (*Cluster, error) {
+	o := options{startTimeout: defaultStartTimeout}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	bins, err := findBinaries()
+	if err != nil {
+		return nil, fmt.Errorf("k8stest: %w", err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("k8stest: %w", err)
+	}
+	c := &Cluster{logf: logf, opts: o, bins: bins, dir: dir}
+	ctx, cancel := context.WithTimeout(ctx, o.startTimeout)
+	defer cancel()
+	if err := c.start(ctx); err != nil {
+		c.Stop()
+		return nil, fmt.Errorf("k8stest: %w (logs in %s)", err, dir)
+	}
+	return c, nil
 }
 
 func (c *Cluster) start(ctx context.Context) error {
@@ -179,7 +206,7 @@ func (c *Cluster) Stop() {
 		errs = append(errs, c.etcd.stop())
 	}
 	if err := errors.Join(errs...); err != nil {
-		c.t.Logf("k8stest: stop: %v", err)
+		c.logf("k8stest: stop: %v", err)
 	}
 }
 
@@ -193,7 +220,7 @@ func (c *Cluster) StopAPIServer() {
 		return
 	}
 	if err := c.apiserver.stop(); err != nil {
-		c.t.Logf("k8stest: stop kube-apiserver: %v", err)
+		c.logf("k8stest: stop kube-apiserver: %v", err)
 	}
 	c.apiserver = nil
 }

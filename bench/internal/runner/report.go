@@ -331,7 +331,10 @@ func (r *Report) WriteMarkdown(w io.Writer) {
 			judge(rec.ReplaySnapshot.Median >= targetReplayRate, "≥ 150k records/s replayed"))
 		fmt.Fprintf(w, "| Frontend start to ready on an empty stream | %s | |\n", formatSummary(rec.EmptyStart, unitMS))
 		if k := rec.Kube; k != nil {
-			what := fmt.Sprintf("%d Services and EndpointSlices, %d objects", k.Services, k.Objects)
+			what := fmt.Sprintf("%d Services and EndpointSlices", k.Services)
+			if k.Objects > 0 {
+				what += fmt.Sprintf(", %d objects", k.Objects)
+			}
 			if k.Err != "" {
 				fmt.Fprintf(w, "| Ingest from a Kubernetes informer (%s) | failed: %s | |\n", what, strings.ReplaceAll(k.Err, "\n", " "))
 			} else {

@@ -32,7 +32,10 @@ import (
 // endpoints (one Pod each, as the EndpointSlice controller writes them).
 // Creating it in the apiserver is setup; on this 2-core machine 3,000
 // services take about a minute (6,000 objects).
-var benchServicesFlag = flag.Int("kubebench.services", 3000, "Services (each with one EndpointSlice) in BenchmarkKubeIngest's mesh")
+var (
+	benchServicesFlag = flag.Int("kubebench.services", 3000, "Services (each with one EndpointSlice) in BenchmarkKubeIngest's mesh")
+	benchPodsFlag     = flag.Int("kubebench.pods", 0, "Pods per Service in BenchmarkKubeIngest's mesh (at most 10: those its EndpointSlice names)")
+)
 
 const (
 	// benchPatched is how many EndpointSlices watch_updates patches.
@@ -81,7 +84,7 @@ func BenchmarkKubeIngest(b *testing.B) {
 	pprof.Do(context.Background(), pprof.Labels("kubebench", "setup"), func(ctx context.Context) {
 		ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 		defer cancel()
-		if err = kubemesh.Create(ctx, kube, benchServices); err == nil {
+		if err = kubemesh.Create(ctx, kube, benchServices, *benchPodsFlag); err == nil {
 			want, err = kubemesh.Listed(ctx, kube)
 		}
 	})

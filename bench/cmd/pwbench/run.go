@@ -41,6 +41,7 @@ type benchConfig struct {
 	RecordsMesh      string
 	RecordsRepeat    int
 	KubeServices     int
+	KubePods         int
 	Bare             bool
 	ProfileDir       string
 }
@@ -103,6 +104,7 @@ stdout, progress to stderr, raw numbers to --json and charts to --png.`,
 	fs.StringVar(&c.RecordsMesh, "records-mesh", "10000x10", "mesh ingested and replayed by the records measurement")
 	fs.IntVar(&c.RecordsRepeat, "records-repeat", 3, "repetitions of the records measurement")
 	fs.IntVar(&c.KubeServices, "kube-services", 3000, "records measurement: Services (each with an EndpointSlice) written into a real kube-apiserver for ingest's informer source; needs make k8s-binaries (0 skips it)")
+	fs.IntVar(&c.KubePods, "kube-pods", 0, "records measurement: Pods of each such Service (at most 10, those its EndpointSlice names), sidecar-injected")
 	fs.BoolVar(&c.Bare, "bare", true, "measure a bare gRPC ADS server's memory per stream")
 	fs.StringVar(&c.ProfileDir, "profile-dir", "", "write CPU profiles of the baseline and load generator processes here")
 	return cmd
@@ -231,6 +233,7 @@ func runBench(ctx context.Context, c benchConfig, argv []string) error {
 		RecordsMesh:      recordsMesh,
 		RecordsRepeat:    c.RecordsRepeat,
 		KubeServices:     c.KubeServices,
+		KubePods:         c.KubePods,
 		WorkDir:          c.WorkDir,
 		DebounceAfter:    waits.debounceAfter,
 		FileDebounce:     waits.fileQuiet,

@@ -174,6 +174,9 @@ type Config struct {
 	// make k8s-binaries) for ingest's informer source: Services with one
 	// EndpointSlice each (internal/testkit/kubemesh). 0 skips it.
 	KubeServices int
+	// KubePods is the Pods of each such Service (at most the 10 its slice
+	// names).
+	KubePods int
 
 	// WorkDir holds mesh directories (one per round).
 	WorkDir string

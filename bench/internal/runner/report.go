@@ -332,6 +332,9 @@ func (r *Report) WriteMarkdown(w io.Writer) {
 		fmt.Fprintf(w, "| Frontend start to ready on an empty stream | %s | |\n", formatSummary(rec.EmptyStart, unitMS))
 		if k := rec.Kube; k != nil {
 			what := fmt.Sprintf("%d Services and EndpointSlices", k.Services)
+			if k.PodsPerService > 0 {
+				what += fmt.Sprintf(", %d Pods", k.Services*k.PodsPerService)
+			}
 			if k.Objects > 0 {
 				what += fmt.Sprintf(", %d objects", k.Objects)
 			}

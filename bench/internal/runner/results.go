@@ -162,7 +162,8 @@ type RecordsResult struct {
 // Services of internal/testkit/kubemesh's mesh with one EndpointSlice
 // each, plus the cluster's own objects.
 type KubeIngestResult struct {
-	Services int `json:"services"`
+	Services       int `json:"services"`
+	PodsPerService int `json:"pods_per_service,omitempty"`
 	// Objects is what the source lists and records; each run's stream must
 	// hold exactly that many records once ingest is ready.
 	Objects int `json:"objects"`

@@ -788,7 +788,7 @@ func (r *runner) records(ctx context.Context) *RecordsResult {
 // and runs ingest on the cluster RecordsRepeat times, each on a fresh
 // subject prefix.
 func (r *runner) kubeIngest(ctx context.Context) *KubeIngestResult {
-	res := &KubeIngestResult{Services: r.cfg.KubeServices}
+	res := &KubeIngestResult{Services: r.cfg.KubeServices, PodsPerService: min(r.cfg.KubePods, kubemesh.Endpoints)}
 	fail := func(err error) *KubeIngestResult {
 		res.Err = err.Error()
 		r.printf("[records kube] FAILED: %v", err)
@@ -806,7 +806,7 @@ func (r *runner) kubeIngest(ctx context.Context) *KubeIngestResult {
 	}
 	setup := time.Now()
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
-	err = kubemesh.Create(sctx, kube, r.cfg.KubeServices)
+	err = kubemesh.Create(sctx, kube, r.cfg.KubeServices, r.cfg.KubePods)
 	if err == nil {
 		res.Objects, err = kubemesh.Listed(sctx, kube)
 	}
@@ -815,8 +815,8 @@ func (r *runner) kubeIngest(ctx context.Context) *KubeIngestResult {
 		return fail(fmt.Errorf("create the mesh: %w", err))
 	}
 	res.Setup = time.Since(setup).Seconds()
-	r.printf("[records kube] %d services x %d endpoints created in %s: %d objects to record",
-		r.cfg.KubeServices, kubemesh.Endpoints, time.Since(setup).Round(time.Millisecond), res.Objects)
+	r.printf("[records kube] %d services x %d endpoints (%d pods each) created in %s: %d objects to record",
+		r.cfg.KubeServices, kubemesh.Endpoints, min(r.cfg.KubePods, kubemesh.Endpoints), time.Since(setup).Round(time.Millisecond), res.Objects)
 	var publish, e2e []float64
 	for i := range r.cfg.RecordsRepeat {
 		run, err := r.cfg.Records.Ingest(ctx, fmt.Sprintf("kube%d", i), IngestSource{Kubeconfig: cluster.Kubeconfig})

@@ -77,8 +77,10 @@ func endpointList(i, gen int) []discoveryv1.Endpoint {
 }
 
 // Create creates the namespaces, then the Services and EndpointSlices,
-// writers at a time.
-func Create(ctx context.Context, kube kubernetes.Interface, services int) error {
+// writers at a time, and podsPer of the Pods each slice's endpoints name
+// (at most Endpoints): sidecar-injected, on their node, without a status
+// (nothing runs them).
+func Create(ctx context.Context, kube kubernetes.Interface, services, podsPer int) error {
 	for n := range Namespaces {
 		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: Namespace(n), Labels: map[string]string{"istio-injection": "enabled"}}}
 		if _, err := kube.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
@@ -113,8 +115,31 @@ func Create(ctx context.Context, kube kubernetes.Interface, services int) error 
 				{Name: ptr.To("grpc"), Port: ptr.To[int32](9090), Protocol: ptr.To(corev1.ProtocolTCP), AppProtocol: ptr.To("grpc")},
 			},
 		}
-		_, err := kube.DiscoveryV1().EndpointSlices(ns).Create(ctx, es, metav1.CreateOptions{})
-		return err
+		if _, err := kube.DiscoveryV1().EndpointSlices(ns).Create(ctx, es, metav1.CreateOptions{}); err != nil {
+			return err
+		}
+		for e, ep := range es.Endpoints[:min(podsPer, Endpoints)] {
+			pod := &corev1.Pod{
+				ObjectMeta: metav1.ObjectMeta{
+					Name:   ep.TargetRef.Name,
+					Labels: map[string]string{"app": name, "version": "v1", "security.istio.io/tlsMode": "istio", "service.istio.io/canonical-name": name},
+					Annotations: map[string]string{"sidecar.istio.io/status": `{"initContainers":["istio-init"],"containers":["istio-proxy"],"volumes":["istio-envoy"]}`,
+						"prometheus.io/scrape": "true"},
+				},
+				Spec: corev1.PodSpec{
+					NodeName:           fmt.Sprintf("node-%d", e%3),
+					ServiceAccountName: "default",
+					Containers: []corev1.Container{
+						{Name: "app", Image: "app:1", Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}, {Name: "grpc", ContainerPort: 9090}}},
+						{Name: "istio-proxy", Image: "proxyv2:1", Args: []string{"proxy", "sidecar"}, Ports: []corev1.ContainerPort{{Name: "http-envoy-prom", ContainerPort: 15090}}},
+					},
+				},
+			}
+			if _, err := kube.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
 }
 

@@ -142,11 +142,14 @@ func (r *Report) rows() []row {
 		{label: "KiB resident per stream after the sync (ADS process)", value: func(rr *RoundResult) float64 { return rr.RSSPerStream }, unit: unitKiB,
 			target: func(c *ConfigResult, o, _ stats.Summary) string {
 				if c.Bare == nil || c.Bare.Err != "" || c.Bare.RSSPerStream == 0 {
-					return "≤ 48 KiB beyond grpc-go's own (bare server not measured)"
+					return "bare server not measured; the 48 KiB goal is judged on the live row"
 				}
+				// Not the goal's measure: resident memory still holds what the
+				// sync allocated and the runtime has not returned. The goal is
+				// judged on the live row below (after a GC, asked from outside).
 				extra := o.Median - c.Bare.RSSPerStream
-				return judge(extra <= targetStreamExtra, fmt.Sprintf("≤ 48 KiB beyond grpc-go's own (bare gRPC ADS: %.1f KiB; extra %.1f KiB)",
-					c.Bare.RSSPerStream/1024, extra/1024))
+				return fmt.Sprintf("bare gRPC ADS: %.1f KiB; extra %.1f KiB (garbage of the sync included; the 48 KiB goal is judged on the live row)",
+					c.Bare.RSSPerStream/1024, extra/1024)
 			}},
 		{label: "KiB live per stream after two GCs (ADS process, heap + stacks, asked from outside)", value: func(rr *RoundResult) float64 {
 			if rr.LivePerStream == 0 {

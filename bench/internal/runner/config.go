@@ -112,11 +112,11 @@ type RecordsLab interface {
 	Close() error
 }
 
-// IngestRun is one ingest of a directory.
 // IngestSource is what an ingest reads: a directory of manifests, or the
 // cluster of a kubeconfig through its informers.
 type IngestSource struct{ Dir, Kubeconfig string }
 
+// IngestRun is one ingest of a source.
 type IngestRun struct {
 	// Ready is from the process start to ready.
 	Ready time.Duration

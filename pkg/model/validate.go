@@ -186,27 +186,56 @@ func checkPercent(p *networkingv1.Percent) string {
 // build to the next). Pseudo-headers and Host pass: the generators turn a
 // set :authority or host into a host rewrite and leave the others out.
 func checkHeaderOps(h *networkingv1.Headers) string {
-	for _, dir := range []struct {
-		name string
-		ops  *networkingv1.Headers_HeaderOperations
-	}{{".request", h.GetRequest()}, {".response", h.GetResponse()}} {
-		for _, kv := range []struct {
-			op string
-			m  map[string]string
-		}{{".set", dir.ops.GetSet()}, {".add", dir.ops.GetAdd()}} {
-			if why := firstByName(kv.m, func(name, value string) string {
-				return cmp.Or(checkHeaderName(name), checkHeaderValue(value))
-			}); why != "" {
-				return at(dir.name+kv.op, why)
+	for _, l := range headerOpLists(h) {
+		why := firstByName(l.values, func(name, value string) string {
+			return cmp.Or(checkHeaderName(name), checkHeaderValue(value))
+		})
+		for _, name := range l.remove {
+			if why != "" {
+				break
 			}
+			why = checkHeaderName(name)
 		}
-		for _, name := range dir.ops.GetRemove() {
-			if why := checkHeaderName(name); why != "" {
-				return at(dir.name+".remove", why)
-			}
+		if why != "" {
+			return at(l.path, why)
 		}
 	}
 	return ""
+}
+
+// headerOpList is one list of a Headers block's operations.
+type headerOpList struct {
+	path    string            // under the block: ".request.set", ".response.remove", ...
+	request bool              // of the request
+	values  map[string]string // a set or add list
+	remove  []string          // a remove list
+}
+
+// headerOpLists are h's operation lists in the order problems are
+// reported: the request's before the response's, and set, add, remove
+// within each.
+func headerOpLists(h *networkingv1.Headers) [6]headerOpList {
+	req, resp := h.GetRequest(), h.GetResponse()
+	return [6]headerOpList{
+		{path: ".request.set", request: true, values: req.GetSet()},
+		{path: ".request.add", request: true, values: req.GetAdd()},
+		{path: ".request.remove", request: true, remove: req.GetRemove()},
+		{path: ".response.set", values: resp.GetSet()},
+		{path: ".response.add", values: resp.GetAdd()},
+		{path: ".response.remove", remove: resp.GetRemove()},
+	}
+}
+
+// ProxyOwnedHeader reports a header a proxy does not let config set or
+// remove: a pseudo-header or Host.
+func ProxyOwnedHeader(name string) bool {
+	return strings.HasPrefix(name, ":") || strings.EqualFold(name, "host")
+}
+
+// HostRewriteHeader reports a request header whose set or add is a host
+// rewrite instead: :authority or Host.
+func HostRewriteHeader(name string) bool {
+	return strings.EqualFold(name, ":authority") || strings.EqualFold(name, "host")
 }
 
 // ignoredHeaderOps are the header operations of a route and its
@@ -217,38 +246,25 @@ func checkHeaderOps(h *networkingv1.Headers) string {
 func ignoredHeaderOps(h *networkingv1.HTTPRoute) []string {
 	var out []string
 	check := func(where string, hs *networkingv1.Headers) {
-		for _, dir := range []struct {
-			name string
-			ops  *networkingv1.Headers_HeaderOperations
-			req  bool
-		}{{".request", hs.GetRequest(), true}, {".response", hs.GetResponse(), false}} {
-			for _, kv := range []struct {
-				op string
-				m  map[string]string
-			}{{".set", dir.ops.GetSet()}, {".add", dir.ops.GetAdd()}} {
-				ignored := func(name string) bool {
-					rewrite := dir.req && (strings.EqualFold(name, ":authority") || strings.EqualFold(name, "host"))
-					return !rewrite && (strings.HasPrefix(name, ":") || strings.EqualFold(name, "host"))
-				}
-				found := false // sort the names only when one is left out
-				for name := range kv.m {
-					if ignored(name) {
-						found = true
-						break
-					}
-				}
-				if !found {
+		for _, l := range headerOpLists(hs) {
+			ignored := func(name string) bool {
+				return ProxyOwnedHeader(name) && !(l.request && HostRewriteHeader(name))
+			}
+			for name := range l.values {
+				if !ignored(name) {
 					continue
 				}
-				for _, name := range slices.Sorted(maps.Keys(kv.m)) {
+				// One is left out: report them all, sorted by name.
+				for _, name := range slices.Sorted(maps.Keys(l.values)) {
 					if ignored(name) {
-						out = append(out, where+dir.name+kv.op+"["+name+"]: a proxy does not let config set it")
+						out = append(out, where+l.path+"["+name+"]: a proxy does not let config set it")
 					}
 				}
+				break
 			}
-			for _, name := range dir.ops.GetRemove() {
-				if strings.HasPrefix(name, ":") || strings.EqualFold(name, "host") {
-					out = append(out, where+dir.name+".remove["+name+"]: a proxy does not let config remove it")
+			for _, name := range l.remove {
+				if ProxyOwnedHeader(name) {
+					out = append(out, where+l.path+"["+name+"]: a proxy does not let config remove it")
 				}
 			}
 		}

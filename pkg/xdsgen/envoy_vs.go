@@ -216,10 +216,10 @@ func applyHeaders(h *networkingv1.Headers, reqAdd *[]*corev3.HeaderValueOption, 
 	authority := ""
 	add := func(dst *[]*corev3.HeaderValueOption, kv map[string]string, appendAction corev3.HeaderValueOption_HeaderAppendAction, isReq bool) {
 		for _, k := range slices.Sorted(maps.Keys(kv)) {
-			if isReq && (strings.EqualFold(k, ":authority") || strings.EqualFold(k, "host")) {
+			if isReq && model.HostRewriteHeader(k) {
 				authority = kv[k]
 			}
-			if strings.HasPrefix(k, ":") || strings.EqualFold(k, "host") {
+			if model.ProxyOwnedHeader(k) {
 				continue
 			}
 			*dst = append(*dst, &corev3.HeaderValueOption{Header: &corev3.HeaderValue{Key: k, Value: kv[k]}, AppendAction: appendAction})
@@ -227,7 +227,7 @@ func applyHeaders(h *networkingv1.Headers, reqAdd *[]*corev3.HeaderValueOption, 
 	}
 	remove := func(dst *[]string, keys []string) {
 		for _, k := range keys {
-			if !strings.HasPrefix(k, ":") && !strings.EqualFold(k, "host") {
+			if !model.ProxyOwnedHeader(k) {
 				*dst = append(*dst, k)
 			}
 		}

@@ -814,9 +814,10 @@ func (r *runner) kubeIngest(ctx context.Context) *KubeIngestResult {
 	if err != nil {
 		return fail(fmt.Errorf("create the mesh: %w", err))
 	}
-	res.Setup = time.Since(setup).Seconds()
+	took := time.Since(setup)
+	res.Setup = took.Seconds()
 	r.printf("[records kube] %d services x %d endpoints (%d pods each) created in %s: %d objects to record",
-		r.cfg.KubeServices, kubemesh.Endpoints, min(r.cfg.KubePods, kubemesh.Endpoints), time.Since(setup).Round(time.Millisecond), res.Objects)
+		r.cfg.KubeServices, kubemesh.Endpoints, res.PodsPerService, took.Round(time.Millisecond), res.Objects)
 	var publish, e2e []float64
 	for i := range r.cfg.RecordsRepeat {
 		run, err := r.cfg.Records.Ingest(ctx, fmt.Sprintf("kube%d", i), IngestSource{Kubeconfig: cluster.Kubeconfig})

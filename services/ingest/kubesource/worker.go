@@ -238,33 +238,23 @@ func (c *cluster) toObject(gvk schema.GroupVersionKind, obj any) (publish.Object
 // is shared: it is copied (shallowly, to blank one field), never changed.
 func contentVersion(obj any, data []byte) (string, error) {
 	var rv string
+	var blank func() any // obj with its resourceVersion blank
 	switch o := obj.(type) {
 	case *corev1.Pod:
-		rv = o.ResourceVersion
+		rv, blank = o.ResourceVersion, func() any { cp := *o; cp.ResourceVersion = ""; return &cp }
 	case *corev1.Node:
-		rv = o.ResourceVersion
+		rv, blank = o.ResourceVersion, func() any { cp := *o; cp.ResourceVersion = ""; return &cp }
 	default:
 		return "", nil
 	}
 	if cut, ok := withoutResourceVersion(data, rv); ok {
 		return publish.ContentVersion(cut), nil
 	}
-	var v any
-	switch o := obj.(type) {
-	case *corev1.Pod:
-		cp := *o
-		cp.ResourceVersion = ""
-		v = &cp
-	case *corev1.Node:
-		cp := *o
-		cp.ResourceVersion = ""
-		v = &cp
-	}
-	blank, err := json.Marshal(v)
+	again, err := json.Marshal(blank())
 	if err != nil {
 		return "", err
 	}
-	return publish.ContentVersion(blank), nil
+	return publish.ContentVersion(again), nil
 }
 
 // withoutResourceVersion returns data, the JSON of a Pod or Node whose

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/net/http/httpguts"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	networkingv1 "istio.io/api/networking/v1"
@@ -24,21 +25,10 @@ import (
 // one and Envoy's (protoc-gen-validate constraints and its header
 // formatter) where Istio's lets a value through that Envoy refuses.
 
-// tokenChars are RFC 7230's token characters: a header name is a token,
-// optionally after ":" (a pseudo-header), as Envoy and Istio take it.
-const tokenChars = "!#$%&'*+-.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
-
+// isHeaderName reports an RFC 7230 token, optionally after ":" (a
+// pseudo-header), as Envoy and Istio take a header name.
 func isHeaderName(name string) bool {
-	name = strings.TrimPrefix(name, ":")
-	if name == "" {
-		return false
-	}
-	for i := 0; i < len(name); i++ {
-		if strings.IndexByte(tokenChars, name[i]) < 0 {
-			return false
-		}
-	}
-	return true
+	return httpguts.ValidHeaderFieldName(strings.TrimPrefix(name, ":"))
 }
 
 // maxRegex is the longest regex accepted: Envoy bounds a regex's program

@@ -10,6 +10,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	httpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -129,6 +130,12 @@ func envoyCluster(svc *model.Service, p *model.Port, _ protocol, name string) *c
 	}
 	c.CircuitBreakers = defaultCircuitBreakers()
 	c.CommonLbConfig = &clusterv3.Cluster_CommonLbConfig{}
+	if c.GetType() != clusterv3.Cluster_ORIGINAL_DST {
+		// Panic mode off, as Istio: with Envoy's default (50%) a service
+		// with half its hosts unhealthy gets traffic sent to all of them.
+		// A DestinationRule's outlier detection sets its own threshold.
+		c.CommonLbConfig.HealthyPanicThreshold = &typev3.Percent{Value: 0}
+	}
 	return c
 }
 

@@ -95,7 +95,8 @@ func rdsManager(statPrefix, routeConfig string, filters ...*hcmv3.HttpFilter) *h
 // sidecarManager is a sidecar's HTTP connection manager, as Istio builds
 // it: codec chosen by the client (AUTO), WebSocket upgrades allowed, no
 // stream idle timeout, paths normalised but escaped slashes kept, the
-// client's address not trusted for internal/external decisions. Routes
+// client's address not trusted for internal/external decisions,
+// 100-continue passed through (Istio's ENABLE_100_CONTINUE_HEADERS). Routes
 // come over RDS (rds != "") or inline. filters go before the router.
 func sidecarManager(statPrefix, rds string, inline *routev3.RouteConfiguration, http2 bool, filters ...*hcmv3.HttpFilter) *listenerv3.Filter {
 	h := &hcmv3.HttpConnectionManager{
@@ -107,6 +108,7 @@ func sidecarManager(statPrefix, rds string, inline *routev3.RouteConfiguration, 
 		StreamIdleTimeout:            durationpb.New(0),
 		NormalizePath:                wrapperspb.Bool(true),
 		PathWithEscapedSlashesAction: hcmv3.HttpConnectionManager_KEEP_UNCHANGED,
+		Proxy_100Continue:            true,
 	}
 	if rds != "" {
 		h.RouteSpecifier = &hcmv3.HttpConnectionManager_Rds{Rds: &hcmv3.Rds{ConfigSource: adsSourceNoTimeout(), RouteConfigName: rds}}

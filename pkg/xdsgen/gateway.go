@@ -203,7 +203,8 @@ func sdsSecret(name string) *tlsv3.SdsSecretConfig {
 }
 
 // routerManager is a gateway's HTTP connection manager: it is the edge,
-// so it trusts the client's address for internal/external decisions.
+// so it trusts the client's address for internal/external decisions; it
+// passes 100-continue through, as sidecars do.
 func routerManager(listener, rds string) *listenerv3.Filter {
 	h := &hcmv3.HttpConnectionManager{
 		StatPrefix:        "outbound_" + listener,
@@ -214,6 +215,7 @@ func routerManager(listener, rds string) *listenerv3.Filter {
 		NormalizePath:     wrapperspb.Bool(true),
 		RouteSpecifier:    &hcmv3.HttpConnectionManager_Rds{Rds: &hcmv3.Rds{ConfigSource: adsSourceNoTimeout(), RouteConfigName: rds}},
 		UpgradeConfigs:    []*hcmv3.HttpConnectionManager_UpgradeConfig{{UpgradeType: "websocket"}},
+		Proxy_100Continue: true,
 	}
 	return &listenerv3.Filter{Name: hcmFilterName, ConfigType: &listenerv3.Filter_TypedConfig{TypedConfig: mustAny(h)}}
 }

@@ -2,10 +2,13 @@ package xdsgen
 
 import (
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/protobuf/proto"
 
@@ -61,6 +64,20 @@ func parityResources(t *testing.T) []parityCase {
 	return out
 }
 
+// managers are the HTTP connection managers of a listener's chains.
+func managers(t *testing.T, l *listenerv3.Listener) []*hcmv3.HttpConnectionManager {
+	t.Helper()
+	var out []*hcmv3.HttpConnectionManager
+	for _, fc := range append(slices.Clone(l.GetFilterChains()), l.GetDefaultFilterChain()) {
+		for _, f := range fc.GetFilters() {
+			if f.GetName() == hcmFilterName {
+				out = append(out, unpack[*hcmv3.HttpConnectionManager](t, f.GetTypedConfig()))
+			}
+		}
+	}
+	return out
+}
+
 // The tests below check, on every resource an Envoy sidecar or gateway
 // gets (parityResources), what Istio's builders set and a differential
 // check against Istio's pilot found missing (issue 37, items 2 to 6). Each
@@ -90,6 +107,23 @@ func TestOutboundClustersDisablePanicMode(t *testing.T) {
 		}
 	}
 	atLeast(t, "clusters", n, 20)
+}
+
+// TestManagersProxy100Continue: Istio proxies 100-continue on every HTTP
+// connection manager of a sidecar or gateway.
+func TestManagersProxy100Continue(t *testing.T) {
+	n := 0
+	for _, c := range parityResources(t) {
+		if l, ok := c.msg.(*listenerv3.Listener); ok {
+			for _, h := range managers(t, l) {
+				n++
+				if !h.GetProxy_100Continue() {
+					t.Errorf("%s: HCM %s without proxy_100_continue", c.where, h.GetStatPrefix())
+				}
+			}
+		}
+	}
+	atLeast(t, "connection managers", n, 20)
 }
 
 // TestPanicThresholdFollowsOutlierDetection: a DestinationRule's outlier

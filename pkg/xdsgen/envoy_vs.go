@@ -511,12 +511,13 @@ func corsPolicy(in *networkingv1.CorsPolicy) *corsv3.CorsPolicy {
 }
 
 // routeFilters are the HTTP filters outbound routes configure per route
-// (typed_per_filter_config), before the router, as Istio's sidecars have
-// them: CORS, then fault injection. Shared, read-only.
+// (typed_per_filter_config), before the router, in Istio's order: fault
+// injection, then CORS (so a CORS preflight is fault-injected as under
+// Istio). Shared, read-only.
 var routeFilters = sync.OnceValue(func() []*hcmv3.HttpFilter {
 	return []*hcmv3.HttpFilter{
-		{Name: corsFilterName, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: mustAny(&corsv3.Cors{})}},
 		faultFilter(),
+		{Name: corsFilterName, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: mustAny(&corsv3.Cors{})}},
 	}
 })
 

@@ -126,6 +126,35 @@ func TestManagersProxy100Continue(t *testing.T) {
 	atLeast(t, "connection managers", n, 20)
 }
 
+// TestFaultBeforeCORS: fault injection comes before CORS, the router last
+// (Istio's buildHTTPConnectionManager).
+func TestFaultBeforeCORS(t *testing.T) {
+	n := 0
+	for _, c := range parityResources(t) {
+		l, ok := c.msg.(*listenerv3.Listener)
+		if !ok {
+			continue
+		}
+		for _, h := range managers(t, l) {
+			var names []string
+			for _, f := range h.GetHttpFilters() {
+				names = append(names, f.GetName())
+			}
+			fault, cors := slices.Index(names, faultFilterName), slices.Index(names, corsFilterName)
+			if fault >= 0 && cors >= 0 {
+				n++
+				if fault > cors {
+					t.Errorf("%s: HTTP filters %v: fault must come before cors", c.where, names)
+				}
+			}
+			if len(names) == 0 || names[len(names)-1] != routerFilterName {
+				t.Errorf("%s: HTTP filters %v: router must be last", c.where, names)
+			}
+		}
+	}
+	atLeast(t, "connection managers with fault and cors", n, 20)
+}
+
 // TestPanicThresholdFollowsOutlierDetection: a DestinationRule's outlier
 // detection sets the threshold to its minHealthPercent (0 when unset), as
 // Istio's applyOutlierDetection.

@@ -161,6 +161,24 @@ func edsCluster(name string) *clusterv3.Cluster {
 	}
 }
 
+// honourGRPCTimeout lets a gRPC client's grpc-timeout header set the
+// request's timeout, up to the route's timeout (none: no limit), as Istio
+// does for Envoy. Without it Envoy ignores the header. Istio sends the
+// deprecated field: its replacement, max_stream_duration's
+// grpc_timeout_header_max, changes how streams time out.
+func honourGRPCTimeout(a *routev3.RouteAction) {
+	//lint:ignore SA1019 the field Istio sends, for the same behaviour (see above)
+	a.MaxGrpcTimeout = a.GetTimeout()
+}
+
+// outboundRoute is defaultRoute as an Envoy sidecar's outbound routes
+// have it: no timeout, the grpc-timeout header honoured.
+func outboundRoute(cluster string) *routev3.Route {
+	r := defaultRoute(cluster, noTimeout)
+	honourGRPCTimeout(r.GetRoute())
+	return r
+}
+
 // defaultRoute sends every request to cluster.
 func defaultRoute(cluster string, timeout *durationpb.Duration) *routev3.Route {
 	return &routev3.Route{

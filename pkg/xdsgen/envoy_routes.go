@@ -244,7 +244,7 @@ func catchAllHost(mode meshconfig.Mode) *routev3.VirtualHost {
 			IncludeRequestAttemptCount: true,
 		}
 	}
-	r := defaultRoute(PassthroughCluster, noTimeout)
+	r := outboundRoute(PassthroughCluster)
 	r.Name = "allow_any"
 	return &routev3.VirtualHost{Name: "allow_any", Domains: []string{"*"}, Routes: []*routev3.Route{r}, IncludeRequestAttemptCount: true}
 }
@@ -315,7 +315,7 @@ func sniffedRoutes(m *model.Mesh, svc *model.Service, dr *model.DestinationRule,
 // the rule's consistent hash key when it has one (Istio puts the hash
 // policy on the route).
 func serviceRoute(m *model.Mesh, svc *model.Service, p *model.Port, dr *model.DestinationRule) *routev3.Route {
-	r := defaultRoute(clusterName(svc, p), noTimeout)
+	r := outboundRoute(clusterName(svc, p))
 	if dr != nil {
 		r.GetRoute().HashPolicy = hashPolicy(m.TrafficPolicy(dr, p.Port, "").GetLoadBalancer())
 	}

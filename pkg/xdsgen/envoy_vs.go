@@ -267,6 +267,8 @@ func routeAction(m *model.Mesh, h *networkingv1.HTTPRoute, c routeCtx, out *rout
 		if h.GetTimeout() != nil {
 			a.MaxStreamDuration = &routev3.RouteAction_MaxStreamDuration{MaxStreamDuration: h.GetTimeout()}
 		}
+	} else {
+		honourGRPCTimeout(a)
 	}
 	if rw := h.GetRewrite(); rw != nil && !c.grpc {
 		switch {

@@ -8,6 +8,7 @@ import (
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/protobuf/proto"
@@ -153,6 +154,34 @@ func TestFaultBeforeCORS(t *testing.T) {
 		}
 	}
 	atLeast(t, "connection managers with fault and cors", n, 20)
+}
+
+// TestRoutesHonourGRPCTimeout: the grpc-timeout header is honoured up to
+// the route's timeout, without limit when it has none (Istio's
+// setTimeout), on every route of a sidecar or gateway.
+func TestRoutesHonourGRPCTimeout(t *testing.T) {
+	n := 0
+	for _, c := range parityResources(t) {
+		rc, ok := c.msg.(*routev3.RouteConfiguration)
+		if !ok {
+			continue
+		}
+		for _, vh := range rc.GetVirtualHosts() {
+			for _, r := range vh.GetRoutes() {
+				a := r.GetRoute()
+				if a == nil {
+					continue
+				}
+				n++
+				//lint:ignore SA1019 Istio sends the deprecated field: its replacement has regressions in Envoy.
+				got := a.GetMaxGrpcTimeout()
+				if got == nil || got.AsDuration() != a.GetTimeout().AsDuration() {
+					t.Errorf("%s %s %s: max_grpc_timeout %v, want the route timeout %v", c.where, vh.GetName(), r.GetName(), got, a.GetTimeout())
+				}
+			}
+		}
+	}
+	atLeast(t, "routes", n, 50)
 }
 
 // TestPanicThresholdFollowsOutlierDetection: a DestinationRule's outlier

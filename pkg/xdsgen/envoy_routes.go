@@ -184,7 +184,9 @@ var meshGateways = []string{model.MeshGateway}
 var noTimeout = durationpb.New(0)
 
 // serviceDomains returns the names a client may use for a service, as
-// Istio: the hostname; for a <name>.<ns>.svc.cluster.local hostname
+// Istio: the hostname and its absolute form (with the trailing dot, which
+// clients may send in Host: Istio's PILOT_ENABLE_ABSOLUTE_FQDN_VHOST_DOMAIN,
+// on by default); for a <name>.<ns>.svc.cluster.local hostname
 // name.ns and name.ns.svc, and the bare name from a client in namespace
 // ns (sameNamespace); for headless services each of these under "*."
 // (pod-0.db.ns...); the cluster IP. Other hostnames (a ServiceEntry's
@@ -192,7 +194,7 @@ var noTimeout = durationpb.New(0)
 // name of a Kubernetes service's, and a ServiceEntry's own namespace
 // plays no part in its hostname.
 func serviceDomains(svc *model.Service, sameNamespace bool) []string {
-	out := []string{svc.Hostname}
+	out := []string{svc.Hostname, svc.Hostname + "."}
 	if name, ns, ok := kubeHostname(svc.Hostname); ok {
 		nsName := name + "." + ns
 		if sameNamespace {

@@ -184,6 +184,29 @@ func TestRoutesHonourGRPCTimeout(t *testing.T) {
 	atLeast(t, "routes", n, 50)
 }
 
+// TestVirtualHostsAnswerAbsoluteFQDN: a sidecar's virtual host of a service
+// answers the absolute FQDN too (Istio's GenerateAltVirtualHosts).
+func TestVirtualHostsAnswerAbsoluteFQDN(t *testing.T) {
+	n := 0
+	for _, c := range parityResources(t) {
+		rc, ok := c.msg.(*routev3.RouteConfiguration)
+		if !ok || c.proxy.Type != Sidecar {
+			continue
+		}
+		for _, vh := range rc.GetVirtualHosts() {
+			host, _, ok := strings.Cut(vh.GetName(), ":")
+			if !ok || c.mesh.Service(host) == nil || !slices.Contains(vh.GetDomains(), host) {
+				continue
+			}
+			n++
+			if !slices.Contains(vh.GetDomains(), host+".") {
+				t.Errorf("%s: virtual host %s domains %v lack %q", c.where, vh.GetName(), vh.GetDomains(), host+".")
+			}
+		}
+	}
+	atLeast(t, "virtual hosts", n, 20)
+}
+
 // TestPanicThresholdFollowsOutlierDetection: a DestinationRule's outlier
 // detection sets the threshold to its minHealthPercent (0 when unset), as
 // Istio's applyOutlierDetection.

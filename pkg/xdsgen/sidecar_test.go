@@ -40,13 +40,13 @@ func TestShortNamesResolveInTheClientNamespace(t *testing.T) {
 		want            []string
 	}{
 		{name: "own namespace: bare name", ns: "shop", vhost: "web.shop.svc.cluster.local:80",
-			want: []string{"web.shop.svc.cluster.local", "web", "web.shop.svc", "web.shop", "10.0.0.1"}},
+			want: []string{"web.shop.svc.cluster.local", "web.shop.svc.cluster.local.", "web", "web.shop.svc", "web.shop", "10.0.0.1"}},
 		{name: "other namespace: name.ns only", ns: "other", vhost: "web.shop.svc.cluster.local:80",
-			want: []string{"web.shop.svc.cluster.local", "web.shop", "web.shop.svc", "10.0.0.1"}},
+			want: []string{"web.shop.svc.cluster.local", "web.shop.svc.cluster.local.", "web.shop", "web.shop.svc", "10.0.0.1"}},
 		{name: "the other web from its namespace", ns: "other", vhost: "web.other.svc.cluster.local:80",
-			want: []string{"web.other.svc.cluster.local", "web", "web.other.svc", "web.other", "10.0.0.2"}},
+			want: []string{"web.other.svc.cluster.local", "web.other.svc.cluster.local.", "web", "web.other.svc", "web.other", "10.0.0.2"}},
 		{name: "a namespace without services", ns: "empty", vhost: "web.other.svc.cluster.local:80",
-			want: []string{"web.other.svc.cluster.local", "web.other", "web.other.svc", "10.0.0.2"}},
+			want: []string{"web.other.svc.cluster.local", "web.other.svc.cluster.local.", "web.other", "web.other.svc", "10.0.0.2"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -195,12 +195,12 @@ spec:
 		ns, vhost string
 		want      []string
 	}{
-		{"default", "api.example.com:80", []string{"api.example.com"}},
-		{"billing", "api.example.com:80", []string{"api.example.com"}},
+		{"default", "api.example.com:80", []string{"api.example.com", "api.example.com."}},
+		{"billing", "api.example.com:80", []string{"api.example.com", "api.example.com."}},
 		{"default", "legacy.billing.svc.cluster.local:80",
-			[]string{"legacy.billing.svc.cluster.local", "legacy.billing", "legacy.billing.svc", "240.0.0.7"}},
+			[]string{"legacy.billing.svc.cluster.local", "legacy.billing.svc.cluster.local.", "legacy.billing", "legacy.billing.svc", "240.0.0.7"}},
 		{"billing", "legacy.billing.svc.cluster.local:80",
-			[]string{"legacy.billing.svc.cluster.local", "legacy", "legacy.billing.svc", "legacy.billing", "240.0.0.7"}},
+			[]string{"legacy.billing.svc.cluster.local", "legacy.billing.svc.cluster.local.", "legacy", "legacy.billing.svc", "legacy.billing", "240.0.0.7"}},
 	} {
 		set, err := GenerateFor(m, Proxy{Generator: Envoy, Namespace: tc.ns}, resource.RouteType)
 		if err != nil {

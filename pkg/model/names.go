@@ -8,6 +8,20 @@ import (
 // DomainSuffix is the cluster DNS domain of service hostnames.
 const DomainSuffix = "svc.cluster.local"
 
+// TLSModeLabel is the workload label by which Istio's injector says a pod
+// has a sidecar that accepts Istio mTLS ("istio"); "disabled" or no label
+// means it does not.
+const TLSModeLabel = "security.istio.io/tlsMode"
+
+// TLSMode is an endpoint's TLS mode: its workload's [TLSModeLabel], "" for
+// none or "disabled".
+func (e *Endpoint) TLSMode() string {
+	if m := e.Labels[TLSModeLabel]; m != "disabled" {
+		return m
+	}
+	return ""
+}
+
 // Hostname returns the mesh hostname of a Service: <name>.<namespace>.svc.cluster.local.
 func Hostname(namespace, name string) string {
 	return name + "." + namespace + "." + DomainSuffix

@@ -3,10 +3,12 @@ package xdsgen
 import (
 	"cmp"
 	"slices"
+	"sync"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/pilotwire/pilotwire/pkg/model"
@@ -112,6 +114,7 @@ func groupLocalities(name string, eps []model.Endpoint, keep bool) (*endpointv3.
 			}},
 			HealthStatus:        corev3.HealthStatus_HEALTHY,
 			LoadBalancingWeight: weight,
+			Metadata:            tlsModeMetadata(ep.TLSMode()),
 		})
 		if keep {
 			groups[i].eps = append(groups[i].eps, ep)
@@ -124,6 +127,33 @@ func groupLocalities(name string, eps []model.Endpoint, keep bool) (*endpointv3.
 	slices.SortFunc(cla.Endpoints, byPlace)
 	slices.SortFunc(groups, func(a, b localityGroup) int { return byPlace(a.lle, b.lle) })
 	return cla, groups
+}
+
+// transportSocketMatchKey is the endpoint metadata a cluster's
+// transport_socket_matches read.
+const transportSocketMatchKey = "envoy.transport_socket_match"
+
+// tlsModeMetadata says an endpoint's TLS mode (nil for none), as Istio's
+// endpoint builder: clusters pick Istio mTLS for endpoints of mode
+// "istio". The metadata of "istio" is shared, read-only.
+func tlsModeMetadata(mode string) *corev3.Metadata {
+	switch mode {
+	case "":
+		return nil
+	case istioTLSMode:
+		return istioTLSModeMetadata()
+	}
+	return newTLSModeMetadata(mode)
+}
+
+const istioTLSMode = "istio"
+
+var istioTLSModeMetadata = sync.OnceValue(func() *corev3.Metadata { return newTLSModeMetadata(istioTLSMode) })
+
+func newTLSModeMetadata(mode string) *corev3.Metadata {
+	return &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{
+		transportSocketMatchKey: {Fields: map[string]*structpb.Value{"tlsMode": structpb.NewStringValue(mode)}},
+	}}
 }
 
 func socketAddress(ip string, port int32) *corev3.Address {

@@ -1,7 +1,9 @@
 package ads
 
 import (
+	"fmt"
 	"runtime"
+	"strconv"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -94,6 +96,13 @@ type Config struct {
 	// off (0), pilotwire defaults to 30s so a non-reading proxy cannot hold
 	// a connection loop and its push orders forever.
 	SendTimeout time.Duration
+	// DisableDebugEndpointAuth answers debug requests over xDS
+	// (istio.io/debug/...) on streams without a verified identity, i.e.
+	// without mutual TLS (--debug-endpoint-auth=false, env
+	// ENABLE_DEBUG_ENDPOINT_AUTH=false; Istio's variable). The zero value
+	// is Istio's default: such requests end the stream with
+	// Unauthenticated. See debugads.go.
+	DisableDebugEndpointAuth bool
 	// MeshConfigPath is a mesh config file in Istio's MeshConfig YAML shape
 	// (outboundTrafficPolicy); "" uses Istio's defaults. Read once, at start.
 	MeshConfigPath string
@@ -160,8 +169,33 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.Float64Var(&c.RequestRate, "stream-request-rate", float64(svc.EnvInt("PILOTWIRE_STREAM_REQUEST_RATE", int(d.RequestRate))), "xDS requests per second one stream may send; a stream over it is closed with ResourceExhausted; 0 disables (env PILOTWIRE_STREAM_REQUEST_RATE)")
 	fs.IntVar(&c.RequestBurst, "stream-request-burst", svc.EnvInt("PILOTWIRE_STREAM_REQUEST_BURST", d.RequestBurst), "burst of requests one stream may send at once (env PILOTWIRE_STREAM_REQUEST_BURST)")
 	fs.DurationVar(&c.SendTimeout, "xds-send-timeout", svc.EnvDuration("PILOT_XDS_SEND_TIMEOUT", d.SendTimeout), "a response not taken by the client's transport within this is abandoned and the stream closed with DeadlineExceeded (a client that stops reading); 0 disables, as Istio's default (env PILOT_XDS_SEND_TIMEOUT)")
+	c.DisableDebugEndpointAuth = !svc.EnvBool("ENABLE_DEBUG_ENDPOINT_AUTH", !d.DisableDebugEndpointAuth)
+	fs.Var(negatedBool{&c.DisableDebugEndpointAuth}, "debug-endpoint-auth", "answer debug requests over xDS (istio.io/debug/syncz, config_dump; istioctl proxy-status) only on streams with a verified identity (mutual TLS with --client-ca): the root namespace sees every proxy, another namespace its own; false answers anyone (env ENABLE_DEBUG_ENDPOINT_AUTH)")
+	fs.Lookup("debug-endpoint-auth").NoOptDefVal = "true"
 	fs.StringVar(&c.MeshConfigPath, "mesh-config", svc.EnvString("PILOTWIRE_MESH_CONFIG", d.MeshConfigPath), "mesh config file in Istio's MeshConfig YAML shape, e.g. outboundTrafficPolicy: {mode: REGISTRY_ONLY}; empty uses Istio's defaults (ALLOW_ANY) (env PILOTWIRE_MESH_CONFIG)")
 }
+
+// negatedBool is a boolean flag that sets the negation of its field, so
+// the field's zero value is the flag's default of true.
+type negatedBool struct{ p *bool }
+
+func (b negatedBool) String() string {
+	if b.p == nil {
+		return "true"
+	}
+	return strconv.FormatBool(!*b.p)
+}
+
+func (b negatedBool) Set(s string) error {
+	v, err := strconv.ParseBool(s)
+	if err != nil {
+		return fmt.Errorf("parse %q: %w", s, err)
+	}
+	*b.p = !v
+	return nil
+}
+
+func (negatedBool) Type() string { return "bool" }
 
 // withDefaults fills the fields whose zero value means the default: the
 // heartbeat interval and the admission's waits and bound (the frontend id,

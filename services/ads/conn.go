@@ -110,6 +110,10 @@ type conn struct {
 	orderSeq    uint64    // highest through_seq of the orders handled on this connection
 	// connected as every registry view shows it, made with the first
 	connectedAt *timestamppb.Timestamp
+	// a stream that asked debug questions before any xDS (or only them):
+	// its caller, and the node it sent (debugads.go)
+	debugProxy *proxy
+	debugNode  *core.Node
 }
 
 func (s *Server) newConn(ctx context.Context, fixedType string) *conn {
@@ -253,6 +257,9 @@ func (c *conn) finish() {
 func (c *conn) open(node *core.Node) error {
 	if c.proxy != nil {
 		return nil
+	}
+	if node == nil {
+		node = c.debugNode // sent with the stream's first (debug) request
 	}
 	p, err := parseNode(node)
 	if err != nil {

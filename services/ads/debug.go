@@ -1,7 +1,9 @@
 package ads
 
 import (
+	"cmp"
 	"encoding/json"
+	"fmt"
 	"net"
 	"net/http"
 	"slices"
@@ -22,7 +24,8 @@ import (
 // registry view each connection publishes of itself (never the loop's own
 // state) and the current model.
 
-// registerDebug adds the debug handlers to mux.
+// registerDebug adds the debug handlers to mux. The same handlers answer
+// istio.io/debug requests over xDS (debugads.go).
 func (s *Server) registerDebug(handle func(string, http.Handler)) {
 	handle("/debug/syncz", http.HandlerFunc(s.syncz))
 	handle("/debug/adsz", http.HandlerFunc(s.adsz))
@@ -33,18 +36,66 @@ func (s *Server) registerDebug(handle func(string, http.Handler)) {
 // connInfos returns the latest published info of every connection, sorted
 // by node id.
 func (s *Server) connInfos() []*pb.ConnectionInfo {
+	vs := s.connViews()
+	out := make([]*pb.ConnectionInfo, len(vs))
+	for i, v := range vs {
+		out[i] = v.info
+	}
+	return out
+}
+
+// connView is a connection's latest published info and its proxy's
+// ISTIO_VERSION, which the info does not carry.
+type connView struct {
+	info    *pb.ConnectionInfo
+	version string
+}
+
+// connViews returns every connection's view, sorted by node id and then
+// connection id.
+func (s *Server) connViews() []connView {
 	s.mu.RLock()
-	out := make([]*pb.ConnectionInfo, 0, len(s.conns))
+	out := make([]connView, 0, len(s.conns))
 	for _, c := range s.conns {
+		// c.proxy is set before the connection is added and never changes.
 		if ci := c.published.Load(); ci != nil {
-			out = append(out, ci)
+			out = append(out, connView{info: ci, version: c.proxy.Version})
 		}
 	}
 	s.mu.RUnlock()
-	slices.SortFunc(out, func(a, b *pb.ConnectionInfo) int {
-		return strings.Compare(a.GetNodeId()+a.GetConnId(), b.GetNodeId()+b.GetConnId())
+	slices.SortFunc(out, func(a, b connView) int {
+		return cmp.Or(strings.Compare(a.info.GetNodeId(), b.info.GetNodeId()), strings.Compare(a.info.GetConnId(), b.info.GetConnId()))
 	})
 	return out
+}
+
+// matchesProxy reports whether name names the connection: its node id,
+// its connection id, or <pod>.<namespace> from its node id (what istioctl
+// sends).
+func matchesProxy(ci *pb.ConnectionInfo, name string) bool {
+	if name == "" {
+		return false
+	}
+	if name == ci.GetNodeId() || name == ci.GetConnId() {
+		return true
+	}
+	parts := strings.Split(ci.GetNodeId(), "~")
+	return len(parts) == 4 && parts[2] == name
+}
+
+func matchesAny(ci *pb.ConnectionInfo, names []string) bool {
+	return slices.ContainsFunc(names, func(n string) bool { return matchesProxy(ci, n) })
+}
+
+// findConn is the info of the first connection (by node id) that name
+// names, or nil.
+func (s *Server) findConn(name string) *pb.ConnectionInfo {
+	for _, v := range s.connViews() {
+		if matchesProxy(v.info, name) {
+			return v.info
+		}
+	}
+	return nil
 }
 
 // syncStatus is one row of /debug/syncz, as Istio's SyncStatus.
@@ -185,32 +236,26 @@ func (s *Server) configz(w http.ResponseWriter, _ *http.Request) {
 }
 
 // configDump shows what a connected proxy's watches would be sent now:
-// /debug/config_dump?proxyID=<node id>.
+// /debug/config_dump?proxyID=<node id, <pod>.<namespace> or connection id>.
+// Run for an xDS debug caller limited to a namespace, it finds only that
+// namespace's proxies.
 func (s *Server) configDump(w http.ResponseWriter, r *http.Request) {
 	id := r.URL.Query().Get("proxyID")
-	var ci *pb.ConnectionInfo
-	for _, x := range s.connInfos() {
-		if x.GetNodeId() == id || x.GetConnId() == id {
-			ci = x
-			break
-		}
+	ci := s.findConn(id)
+	if scope, _ := r.Context().Value(callerNamespaceKey{}).(string); ci != nil && scope != "" && ci.GetNamespace() != scope {
+		ci = nil
 	}
 	if ci == nil {
 		http.Error(w, "no connection for proxyID "+id+" on this frontend (see /debug/syncz)", http.StatusNotFound)
 		return
 	}
-	p := &proxy{ID: ci.GetNodeId(), Namespace: ci.GetNamespace(), ClusterID: ci.GetClusterId(), Type: ci.GetProxyType(), Generator: ci.GetGenerator()}
-	if np, err := nodeid.Parse(&core.Node{Id: ci.GetNodeId()}); err == nil {
-		p.IP = np.IP // the pod IP gives the inbound side; ConnectionInfo does not carry it
+	seq, byType, err := s.proxyDump(ci)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
 	}
-	m := s.store.Snapshot()
-	out := map[string]any{"seq": m.Seq, "proxy": ci.GetNodeId()}
-	for _, wt := range ci.GetWatches() {
-		resp, err := s.build(m, p, &watch{typeURL: wt.GetTypeUrl(), wildcard: wt.GetWildcard(), names: wt.GetNames()})
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusInternalServerError)
-			return
-		}
+	out := map[string]any{"seq": seq, "proxy": ci.GetNodeId()}
+	for t, resp := range byType {
 		var rs []json.RawMessage
 		for _, a := range resp.resources {
 			b, err := protojson.Marshal(a)
@@ -220,9 +265,28 @@ func (s *Server) configDump(w http.ResponseWriter, r *http.Request) {
 			}
 			rs = append(rs, b)
 		}
-		out[shortType(wt.GetTypeUrl())] = map[string]any{"version": resp.version, "resources": rs}
+		out[shortType(t)] = map[string]any{"version": resp.version, "resources": rs}
 	}
 	writeJSON(w, out)
+}
+
+// proxyDump generates, from the current model, what each of the
+// connection's watches would be sent now; it returns the model's sequence.
+func (s *Server) proxyDump(ci *pb.ConnectionInfo) (uint64, map[string]*response, error) {
+	p := &proxy{ID: ci.GetNodeId(), Namespace: ci.GetNamespace(), ClusterID: ci.GetClusterId(), Type: ci.GetProxyType(), Generator: ci.GetGenerator()}
+	if np, err := nodeid.Parse(&core.Node{Id: ci.GetNodeId()}); err == nil {
+		p.IP = np.IP // the pod IP gives the inbound side; ConnectionInfo does not carry it
+	}
+	m := s.store.Snapshot()
+	out := make(map[string]*response, len(ci.GetWatches()))
+	for _, wt := range ci.GetWatches() {
+		resp, err := s.build(m, p, &watch{typeURL: wt.GetTypeUrl(), wildcard: wt.GetWildcard(), names: wt.GetNames()})
+		if err != nil {
+			return 0, nil, fmt.Errorf("generate %s for %s: %w", shortType(wt.GetTypeUrl()), ci.GetNodeId(), err)
+		}
+		out[wt.GetTypeUrl()] = resp
+	}
+	return m.Seq, out, nil
 }
 
 func writeJSON(w http.ResponseWriter, v any) {

@@ -22,6 +22,13 @@ const absent = ""
 // handleDelta applies one incremental xDS request. Subscription changes
 // apply whatever the nonce; ACK and NACK only for the last nonce sent.
 func (c *conn) handleDelta(req *discovery.DeltaDiscoveryRequest) error {
+	if c.fixedType == "" && isDebugType(req.GetTypeUrl()) {
+		a, err := c.handleDebug(req.GetTypeUrl(), req.GetResourceNamesSubscribe(), req.GetNode())
+		if a == nil || err != nil {
+			return err
+		}
+		return c.sendDeltaDebug(req.GetTypeUrl(), a)
+	}
 	if err := c.open(req.GetNode()); err != nil {
 		return err
 	}

@@ -44,6 +44,8 @@ type metrics struct {
 	generateErrors       *prometheus.CounterVec
 	routers              prometheus.Counter
 	internalErrors       prometheus.Counter
+	debugRequests        *prometheus.CounterVec
+	debugTruncated       prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -67,7 +69,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "pilotwire_ads_bad_requests_total", Help: "Malformed xDS requests, by reason.",
 		}, []string{"reason"}),
 		shed: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "pilotwire_ads_streams_shed_total", Help: "Streams this frontend closed because of what their client did, by reason (node, identity, type_url, too_many_names, forged_nonce, request_rate, send_timeout).",
+			Name: "pilotwire_ads_streams_shed_total", Help: "Streams this frontend closed because of what their client did, by reason (node, identity, type_url, too_many_names, forged_nonce, request_rate, send_timeout, debug_auth, debug_request).",
 		}, []string{"reason"}),
 		internalErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "pilot_total_xds_internal_errors", Help: "Config objects (or parts of them) the model ignores as invalid or conflicting; /debug/configz lists them.",
@@ -163,6 +165,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		doneMessages: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "pilotwire_ads_push_done_batches_total", Help: "PushDoneBatch messages published (each carries the completions gathered while the previous one was sent).",
 		}),
+		debugRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pilotwire_ads_debug_requests_total", Help: "Debug requests over xDS (istio.io/debug...), answered or not, by type (syncz, config_dump, debug, unknown).",
+		}, []string{"type"}),
+		debugTruncated: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pilotwire_ads_debug_responses_truncated_total", Help: "Debug answers over xDS cut at their bound (16 MiB of resources).",
+		}),
 		generateErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pilotwire_ads_generate_errors_total", Help: "Failed generations of a response, by type.",
 		}, []string{"type"}),
@@ -172,6 +180,6 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}, func() float64 { return float64(xdsgen.Marshals()) })
 	reg.MustRegister(marshals, m.routers, m.connections, m.pushes, m.rejects, m.expiredNonce, m.sendErrors, m.badRequests, m.shed,
 		m.badRecords, m.appliedSeq, m.snapshotSeq, m.snapshotUnusable, m.compactRefused, m.snapshotViewUnusable, m.bootstrapView, m.bootstrapBallast, m.orders, m.orderSeqs, m.ordersDropped, m.responseBytes, m.registryErrors, m.registryWrites,
-		m.deliveryDrops, m.admitRejects, m.admitWaiting, m.admitWait, m.convergence, m.pushTime, m.sendTime, m.configSize, m.deferred, m.reregistrations, m.doneErrors, m.doneMessages, m.generateErrors)
+		m.deliveryDrops, m.admitRejects, m.admitWaiting, m.admitWait, m.convergence, m.pushTime, m.sendTime, m.configSize, m.deferred, m.reregistrations, m.doneErrors, m.doneMessages, m.generateErrors, m.debugRequests, m.debugTruncated)
 	return m
 }

@@ -96,7 +96,9 @@ func Run(ctx context.Context, cfg Config, d svc.Deps) error {
 		// one must not reuse their ids.
 		incarnation: strconv.FormatInt(time.Now().UnixMilli(), 36),
 
-		meshConfig: meshCfg,
+		meshConfig:   meshCfg,
+		debugAuthOff: cfg.DisableDebugEndpointAuth,
+		debugSlot:    newDebugGate(),
 		limits: streamLimits{
 			maxNames:     cfg.MaxResourceNames,
 			requestRate:  cfg.RequestRate,

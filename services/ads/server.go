@@ -2,12 +2,14 @@ package ads
 
 import (
 	"log/slog"
+	"net/http"
 	"strconv"
 	"sync"
 	"sync/atomic"
 
 	"github.com/pilotwire/pilotwire/pkg/meshconfig"
 
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 
 	"github.com/pilotwire/pilotwire/pkg/model"
@@ -41,6 +43,15 @@ type Server struct {
 
 	// set at construction; nil is Istio's defaults
 	meshConfig *meshconfig.MeshConfig
+
+	// debug requests over xDS (debugads.go); set at construction
+	debugAuthOff bool      // answer callers without a verified identity
+	debugSlot    debugGate // one debug answer built at a time
+	// made once, on first use
+	debugMuxOnce   sync.Once
+	debugEndpoints *http.ServeMux
+	cpOnce         sync.Once
+	cp             *core.ControlPlane
 
 	// guarded by mu
 	mu    sync.RWMutex

@@ -15,6 +15,13 @@ import (
 // handleRequest applies one state-of-the-world request. Only a protocol
 // violation ends the stream; the error is a gRPC status.
 func (c *conn) handleRequest(req *discovery.DiscoveryRequest) error {
+	if c.fixedType == "" && isDebugType(req.GetTypeUrl()) {
+		a, err := c.handleDebug(req.GetTypeUrl(), req.GetResourceNames(), req.GetNode())
+		if a == nil || err != nil {
+			return err
+		}
+		return c.sendDebug(req.GetTypeUrl(), a)
+	}
 	if err := c.open(req.GetNode()); err != nil {
 		return err
 	}

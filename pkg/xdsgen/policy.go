@@ -125,17 +125,62 @@ func grpcHashPolicy(lb *networkingv1.LoadBalancerSettings) []*routev3.RouteActio
 // envoyTrafficPolicy applies a traffic policy (nil: Istio's defaults) to
 // an outbound sidecar cluster of a port with protocol proto.
 func envoyTrafficPolicy(c *clusterv3.Cluster, tp *networkingv1.TrafficPolicy, proto protocol) {
-	applyConnectionPool(c, tp.GetConnectionPool(), proto)
+	opts := applyConnectionPool(c, tp.GetConnectionPool(), proto)
 	applyOutlierDetection(c, tp.GetOutlierDetection())
 	applyLoadBalancer(c, tp.GetLoadBalancer())
 	if ts := transportSocket(tp.GetTls()); ts != nil {
 		c.TransportSocket = ts
+		opts = withAutoSNI(opts, tp.GetTls(), proto)
+	}
+	if opts != nil {
+		c.TypedExtensionProtocolOptions = map[string]*anypb.Any{httpOptionsKey: mustAny(opts)}
 	}
 }
 
+// withAutoSNI adds to a cluster's HTTP options (nil: the port's defaults)
+// what Istio sets on clusters originating TLS from files (SIMPLE, MUTUAL)
+// whose rule names no sni: auto_sni (the SNI is the request's host, or the
+// host the client connected to), and auto_san_validation (the certificate
+// must match that host) unless the rule names subjectAltNames or skips
+// verification. Envoy reads them on TCP ports too.
+func withAutoSNI(opts *httpv3.HttpProtocolOptions, t *networkingv1.ClientTLSSettings, proto protocol) *httpv3.HttpProtocolOptions {
+	if t.GetSni() != "" {
+		return opts
+	}
+	if opts == nil {
+		opts = &httpv3.HttpProtocolOptions{}
+		switch proto {
+		case protoHTTP2:
+			opts.UpstreamProtocolOptions = explicitHTTP2(&corev3.Http2ProtocolOptions{})
+		case protoAuto:
+			opts.UpstreamProtocolOptions = useDownstream()
+		default: // HTTP/1.1, and TCP ports (Envoy ignores the protocol there)
+			opts.UpstreamProtocolOptions = explicitHTTP1()
+		}
+	}
+	opts.UpstreamHttpProtocolOptions = &corev3.UpstreamHttpProtocolOptions{
+		AutoSni:           true,
+		AutoSanValidation: len(t.GetSubjectAltNames()) == 0 && !t.GetInsecureSkipVerify().GetValue(),
+	}
+	return opts
+}
+
+func explicitHTTP1() *httpv3.HttpProtocolOptions_ExplicitHttpConfig_ {
+	return &httpv3.HttpProtocolOptions_ExplicitHttpConfig_{ExplicitHttpConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig{
+		ProtocolConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig_HttpProtocolOptions{HttpProtocolOptions: &corev3.Http1ProtocolOptions{}},
+	}}
+}
+
+func explicitHTTP2(h2 *corev3.Http2ProtocolOptions) *httpv3.HttpProtocolOptions_ExplicitHttpConfig_ {
+	return &httpv3.HttpProtocolOptions_ExplicitHttpConfig_{ExplicitHttpConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig{
+		ProtocolConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig_Http2ProtocolOptions{Http2ProtocolOptions: h2},
+	}}
+}
+
 // applyConnectionPool sets the circuit breakers (Istio's defaults are the
-// maximum) and the HTTP and TCP connection settings.
-func applyConnectionPool(c *clusterv3.Cluster, cp *networkingv1.ConnectionPoolSettings, proto protocol) {
+// maximum) and returns the HTTP options the HTTP and TCP connection
+// settings need (nil: none; the cluster keeps the port's defaults).
+func applyConnectionPool(c *clusterv3.Cluster, cp *networkingv1.ConnectionPoolSettings, proto protocol) *httpv3.HttpProtocolOptions {
 	th := defaultCircuitBreakers().Thresholds[0]
 	if h := cp.GetHttp(); h != nil {
 		if h.GetHttp2MaxRequests() > 0 {
@@ -179,7 +224,7 @@ func applyConnectionPool(c *clusterv3.Cluster, cp *networkingv1.ConnectionPoolSe
 	upgrade := proto == protoHTTP && h.GetH2UpgradePolicy() == networkingv1.ConnectionPoolSettings_HTTPSettings_UPGRADE
 	if idle == nil && h.GetMaxRequestsPerConnection() == 0 && t.GetMaxConnectionDuration() == nil &&
 		h.GetMaxConcurrentStreams() == 0 && !upgrade {
-		return
+		return nil
 	}
 	common := &corev3.HttpProtocolOptions{IdleTimeout: idle, MaxConnectionDuration: t.GetMaxConnectionDuration()}
 	if n := h.GetMaxRequestsPerConnection(); n > 0 {
@@ -192,9 +237,7 @@ func applyConnectionPool(c *clusterv3.Cluster, cp *networkingv1.ConnectionPoolSe
 	opts := &httpv3.HttpProtocolOptions{CommonHttpProtocolOptions: common}
 	switch {
 	case proto == protoHTTP2 || upgrade:
-		opts.UpstreamProtocolOptions = &httpv3.HttpProtocolOptions_ExplicitHttpConfig_{ExplicitHttpConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig{
-			ProtocolConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig_Http2ProtocolOptions{Http2ProtocolOptions: h2},
-		}}
+		opts.UpstreamProtocolOptions = explicitHTTP2(h2)
 	case proto == protoAuto:
 		opts.UpstreamProtocolOptions = &httpv3.HttpProtocolOptions_UseDownstreamProtocolConfig{
 			UseDownstreamProtocolConfig: &httpv3.HttpProtocolOptions_UseDownstreamHttpConfig{
@@ -202,11 +245,9 @@ func applyConnectionPool(c *clusterv3.Cluster, cp *networkingv1.ConnectionPoolSe
 			},
 		}
 	default: // HTTP/1.1, and TCP ports (Envoy ignores HTTP options there)
-		opts.UpstreamProtocolOptions = &httpv3.HttpProtocolOptions_ExplicitHttpConfig_{ExplicitHttpConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig{
-			ProtocolConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig_HttpProtocolOptions{HttpProtocolOptions: &corev3.Http1ProtocolOptions{}},
-		}}
+		opts.UpstreamProtocolOptions = explicitHTTP1()
 	}
-	c.TypedExtensionProtocolOptions = map[string]*anypb.Any{httpOptionsKey: mustAny(opts)}
+	return opts
 }
 
 // applyOutlierDetection is Istio's: success-rate ejection off, consecutive

@@ -1,0 +1,167 @@
+package xdsgen
+
+import (
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	httpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"github.com/google/go-cmp/cmp"
+	"google.golang.org/protobuf/testing/protocmp"
+
+	"github.com/pilotwire/pilotwire/pkg/model"
+)
+
+// egressProxy is the sidecar the egress cases are generated for.
+var egressProxy = Proxy{Generator: Envoy, Namespace: "default"}
+
+// egressMesh is testdata/egress/<file> applied in order.
+func egressMesh(t *testing.T, file string, opts ...model.Option) *model.Mesh {
+	t.Helper()
+	return manifestStore(t, filepath.Join("testdata", "egress", file), opts...).Snapshot()
+}
+
+// sidecarClusters returns the sidecar's clusters by name, each checked
+// with ValidateAll.
+func sidecarClusters(t *testing.T, m *model.Mesh) map[string]*clusterv3.Cluster {
+	t.Helper()
+	set, err := GenerateFor(m, egressProxy, resource.ClusterType)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]*clusterv3.Cluster{}
+	for _, r := range set.Resources {
+		if err := validateDeep(r.Msg); err != nil {
+			t.Errorf("%s: %v", r.Name, err)
+		}
+		out[r.Name] = r.Msg.(*clusterv3.Cluster)
+	}
+	return out
+}
+
+// httpOptions is the cluster's HttpProtocolOptions extension, nil when it
+// has none.
+func httpOptions(t *testing.T, c *clusterv3.Cluster) *httpv3.HttpProtocolOptions {
+	t.Helper()
+	a := c.GetTypedExtensionProtocolOptions()[httpOptionsKey]
+	if a == nil {
+		return nil
+	}
+	o := &httpv3.HttpProtocolOptions{}
+	if err := a.UnmarshalTo(o); err != nil {
+		t.Fatalf("%s: %v", c.GetName(), err)
+	}
+	return o
+}
+
+// upstreamKind names the upstream protocol an HttpProtocolOptions selects.
+func upstreamKind(o *httpv3.HttpProtocolOptions) string {
+	switch {
+	case o == nil:
+		return ""
+	case o.GetExplicitHttpConfig().GetHttp2ProtocolOptions() != nil:
+		return "http2"
+	case o.GetExplicitHttpConfig() != nil:
+		return "http1"
+	case o.GetUseDownstreamProtocolConfig() != nil:
+		return "downstream"
+	}
+	return "none"
+}
+
+// TestAutoSNI checks Istio's rule for clusters that originate TLS (SIMPLE
+// or MUTUAL, certificates from files): without an explicit sni Envoy takes
+// the SNI from the request's host (auto_sni), and, unless the rule names
+// subjectAltNames or skips verification, checks the server certificate
+// against that host (auto_san_validation). The options ride on the
+// cluster's HttpProtocolOptions, whatever the port's protocol.
+func TestAutoSNI(t *testing.T) {
+	clusters := sidecarClusters(t, egressMesh(t, "tls-origination.yaml"))
+	auto := func(san bool) *corev3.UpstreamHttpProtocolOptions {
+		return &corev3.UpstreamHttpProtocolOptions{AutoSni: true, AutoSanValidation: san}
+	}
+	for _, tc := range []struct {
+		name, cluster string
+		want          *corev3.UpstreamHttpProtocolOptions
+		wantKind      string // the upstream protocol the options select
+		wantIdle      bool   // the connection pool's idle timeout is kept
+	}{
+		{name: "SIMPLE without sni, TLS port", cluster: "outbound|443||simple.example.com", want: auto(true), wantKind: "http1"},
+		{name: "subjectAltNames keep SAN validation to the rule", cluster: "outbound|443||sans.example.com", want: auto(false), wantKind: "http1"},
+		{name: "insecureSkipVerify validates nothing", cluster: "outbound|443||insecure.example.com", want: auto(false), wantKind: "http1"},
+		{name: "explicit sni", cluster: "outbound|443||pinned.example.com", wantKind: "http1", wantIdle: true},
+		{name: "subset without sni", cluster: "outbound|443|auto|pinned.example.com", want: auto(true), wantKind: "http1", wantIdle: true},
+		{name: "HTTP port", cluster: "outbound|80||originate.example.com", want: auto(true), wantKind: "http1"},
+		{name: "gRPC port keeps HTTP/2", cluster: "outbound|8080||originate.example.com", want: auto(true), wantKind: "http2"},
+		{name: "MUTUAL with a connection pool", cluster: "outbound|9000||originate.example.com", want: auto(true), wantKind: "http1", wantIdle: true},
+		{name: "credentialName (not configured yet): no TLS", cluster: "outbound|443||vip.example.com"},
+		{name: "no rule", cluster: "outbound|443||*.static.example.com"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := clusters[tc.cluster]
+			if c == nil {
+				t.Fatalf("no cluster %s", tc.cluster)
+			}
+			o := httpOptions(t, c)
+			if diff := cmp.Diff(tc.want, o.GetUpstreamHttpProtocolOptions(), protocmp.Transform()); diff != "" {
+				t.Errorf("upstream_http_protocol_options (-want +got):\n%s", diff)
+			}
+			if got := upstreamKind(o); got != tc.wantKind {
+				t.Errorf("upstream protocol %q, want %q", got, tc.wantKind)
+			}
+			if got := o.GetCommonHttpProtocolOptions().GetIdleTimeout() != nil; got != tc.wantIdle {
+				t.Errorf("idle timeout set %v, want %v", got, tc.wantIdle)
+			}
+			if tc.want != nil && c.GetTransportSocket() == nil {
+				t.Error("auto_sni without a TLS transport socket")
+			}
+		})
+	}
+}
+
+// TestGoldenEgress pins, for each manifest testdata/egress/<case>.yaml, the
+// outbound clusters and the per-port outbound listeners (the virtual ones
+// are pinned by the sidecar goldens) a sidecar in namespace default gets,
+// and what the model ignores, in testdata/egress/<case>.json. Every
+// resource passes ValidateAll. Regenerate with -update and review the diff.
+func TestGoldenEgress(t *testing.T) {
+	inputs, err := filepath.Glob(filepath.Join("testdata", "egress", "*.yaml"))
+	if err != nil || len(inputs) == 0 {
+		t.Fatalf("no inputs: %v", err)
+	}
+	for _, in := range inputs {
+		t.Run(filepath.Base(in), func(t *testing.T) {
+			m := manifestStore(t, in).Snapshot()
+			out := map[string]any{}
+			for _, typeURL := range []string{resource.ClusterType, resource.ListenerType} {
+				set, err := GenerateFor(m, egressProxy, typeURL)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var keep []*Resource
+				for _, r := range set.Resources {
+					if err := validateDeep(r.Msg); err != nil {
+						t.Errorf("%s: %v", r.Name, err)
+					}
+					switch {
+					case typeURL == resource.ClusterType && !strings.HasPrefix(r.Name, "outbound|"):
+					case r.Name == VirtualOutboundListener || r.Name == VirtualInboundListener:
+					default:
+						keep = append(keep, r)
+					}
+				}
+				var v any
+				if err := json.Unmarshal(goldenJSON(t, &Set{Resources: keep}), &v); err != nil {
+					t.Fatal(err)
+				}
+				out[shortTypeName(typeURL)] = v
+			}
+			out["ignored"] = m.Problems()
+			compareGolden(t, strings.TrimSuffix(in, ".yaml")+".json", out)
+		})
+	}
+}

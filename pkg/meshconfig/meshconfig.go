@@ -16,6 +16,7 @@ package meshconfig
 import (
 	"fmt"
 	"os"
+	"time"
 
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -45,6 +46,10 @@ const (
 	// DefaultRootNamespace is where mesh-wide config (a default Sidecar,
 	// DestinationRules for every namespace) lives.
 	DefaultRootNamespace = "istio-system"
+	// DefaultDNSRefreshRate is how often Envoy resolves the names of DNS
+	// clusters again after a lookup failed (a successful one follows the
+	// records' TTL).
+	DefaultDNSRefreshRate = 60 * time.Second
 )
 
 // MeshConfig is Istio's MeshConfig. The zero value and nil are the default
@@ -62,6 +67,7 @@ func defaults() *meshv1alpha1.MeshConfig {
 		DefaultServiceExportTo:         []string{"*"},
 		DefaultVirtualServiceExportTo:  []string{"*"},
 		DefaultDestinationRuleExportTo: []string{"*"},
+		DnsRefreshRate:                 durationpb.New(DefaultDNSRefreshRate),
 		// Istio enables locality load balancing by default; it changes
 		// load assignments only with outlier detection (failover) or a
 		// distribute setting.
@@ -145,6 +151,16 @@ func (c *MeshConfig) DefaultInboundHTTPRetryPolicy() *networkingv1alpha3.HTTPRet
 	return c.Proto().GetDefaultInboundHttpRetryPolicy()
 }
 
+// DNSRefreshRate is the mesh's dnsRefreshRate, the refresh rate of the
+// clusters Envoy resolves by DNS: 60s by default, and when a config made
+// by [New] sets none.
+func (c *MeshConfig) DNSRefreshRate() time.Duration {
+	if d := c.Proto().GetDnsRefreshRate(); d != nil {
+		return d.AsDuration()
+	}
+	return DefaultDNSRefreshRate
+}
+
 var public = []string{"*"}
 
 func orPublic(v []string) []string {
@@ -177,6 +193,10 @@ func Parse(data []byte) (*MeshConfig, error) {
 			if len(*l.src) > 0 {
 				*l.dst = nil
 			}
+		}
+		if override.DnsRefreshRate != nil {
+			// Merged field by field, 0.5s onto 60s would read 60.5s.
+			p.DnsRefreshRate = nil
 		}
 		if override.LocalityLbSetting != nil {
 			// Replaced whole: a merge would keep the default's

@@ -4,6 +4,9 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
+
+	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
 
 	"github.com/pilotwire/pilotwire/pkg/meshconfig"
 )
@@ -118,5 +121,37 @@ func TestLocalityLbSetting(t *testing.T) {
 				t.Errorf("failover %v, want one from %s", got, tc.failoverFrom)
 			}
 		})
+	}
+}
+
+func TestDNSRefreshRate(t *testing.T) {
+	tests := []struct {
+		name string
+		cfg  func(t *testing.T) *meshconfig.MeshConfig
+		want time.Duration
+	}{
+		{name: "Istio's default", cfg: parse(""), want: time.Minute},
+		{name: "set", cfg: parse("dnsRefreshRate: 5s\n"), want: 5 * time.Second},
+		{name: "under a second replaces the default whole", cfg: parse("dnsRefreshRate: 0.5s\n"), want: 500 * time.Millisecond},
+		{name: "a config made by New without it", cfg: func(*testing.T) *meshconfig.MeshConfig { return meshconfig.New(&meshv1alpha1.MeshConfig{}) }, want: time.Minute},
+		{name: "nil", cfg: func(*testing.T) *meshconfig.MeshConfig { return nil }, want: time.Minute},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := tc.cfg(t).DNSRefreshRate(); got != tc.want {
+				t.Errorf("DNSRefreshRate() = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+func parse(yaml string) func(t *testing.T) *meshconfig.MeshConfig {
+	return func(t *testing.T) *meshconfig.MeshConfig {
+		t.Helper()
+		c, err := meshconfig.Parse([]byte(yaml))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
@@ -358,6 +359,15 @@ func (m *Mesh) LocalityLbSetting() *networkingv1.LocalityLoadBalancerSetting {
 	return m.content.settings.localityLB
 }
 
+// DNSRefreshRate is the refresh rate of the clusters Envoy resolves by DNS:
+// the mesh config's dnsRefreshRate, 60s by default.
+func (m *Mesh) DNSRefreshRate() time.Duration {
+	if d := m.content.settings.dnsRefresh; d > 0 {
+		return d
+	}
+	return meshconfig.DefaultDNSRefreshRate
+}
+
 // DefaultHTTPRetryPolicy is the mesh config's defaultHttpRetryPolicy, for
 // outbound HTTP routes that set no retries; nil when unset (Istio's
 // built-in default then applies). Read-only.
@@ -381,6 +391,9 @@ type meshSettings struct {
 	// retry and inboundRetry are the mesh config's defaultHttpRetryPolicy
 	// and defaultInboundHttpRetryPolicy, or nil.
 	retry, inboundRetry *networkingv1.HTTPRetry
+	// dnsRefresh is the mesh config's dnsRefreshRate; 0 for meshes made
+	// by [NewMesh] (the default applies).
+	dnsRefresh time.Duration
 }
 
 // noSettings are those of meshes made by [NewMesh]: none set.
@@ -396,6 +409,7 @@ func settingsOf(c *meshconfig.MeshConfig) (*meshSettings, []Problem) {
 	st := &meshSettings{
 		defaultPolicy: c.DefaultTrafficPolicy(), localityLB: c.LocalityLbSetting(),
 		retry: c.DefaultHTTPRetryPolicy(), inboundRetry: c.DefaultInboundHTTPRetryPolicy(),
+		dnsRefresh: c.DNSRefreshRate(),
 	}
 	var problems []Problem
 	report := func(why, what string) {
@@ -425,6 +439,11 @@ func settingsOf(c *meshconfig.MeshConfig) (*meshSettings, []Problem) {
 			*r.p = nil
 			report(at(r.name, why), r.name+" ignored (Istio's built-in default applies)")
 		}
+	}
+	// Envoy rejects a refresh rate of 1ms or less.
+	if d := st.dnsRefresh; d <= time.Millisecond {
+		st.dnsRefresh = meshconfig.DefaultDNSRefreshRate
+		report("dnsRefreshRate "+d.String()+": must be more than 1ms", st.dnsRefresh.String()+" applies")
 	}
 	return st, sortProblems(problems)
 }

@@ -3,8 +3,10 @@ package xdsgen
 import (
 	"encoding/json"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -13,6 +15,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/testing/protocmp"
 
+	"github.com/pilotwire/pilotwire/pkg/meshconfig"
 	"github.com/pilotwire/pilotwire/pkg/model"
 )
 
@@ -162,6 +165,73 @@ func TestGoldenEgress(t *testing.T) {
 			}
 			out["ignored"] = m.Problems()
 			compareGolden(t, strings.TrimSuffix(in, ".yaml")+".json", out)
+		})
+	}
+}
+
+// TestDNSClusters checks what Istio's cluster builder gives the clusters
+// Envoy resolves (STRICT_DNS, LOGICAL_DNS): the mesh config's
+// dnsRefreshRate (60s by default; Envoy rejects 1ms or less, so such a
+// setting is reported and the default kept), a jitter of 100ms, and the
+// records' TTLs respected.
+func TestDNSClusters(t *testing.T) {
+	type dns struct {
+		Type       clusterv3.Cluster_DiscoveryType
+		Refresh    time.Duration
+		Jitter     time.Duration
+		RespectTTL bool
+	}
+	got := func(c *clusterv3.Cluster) dns {
+		//lint:ignore SA1019 Istio sets the deprecated fields
+		return dns{c.GetType(), c.GetDnsRefreshRate().AsDuration(), c.GetDnsJitter().AsDuration(), c.GetRespectDnsTtl()}
+	}
+	load := func(mc string) func(t *testing.T) *model.Mesh {
+		return func(t *testing.T) *model.Mesh {
+			cfg, err := meshconfig.Parse([]byte(mc))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return egressMesh(t, "tls-origination.yaml", model.WithMeshConfig(cfg))
+		}
+	}
+	for _, tc := range []struct {
+		name    string
+		mesh    func(t *testing.T) *model.Mesh
+		cluster string
+		want    dns
+		problem string // a problem the mesh reports
+	}{
+		{name: "DNS ServiceEntry", mesh: load(""), cluster: "outbound|443||simple.example.com",
+			want: dns{clusterv3.Cluster_STRICT_DNS, time.Minute, 100 * time.Millisecond, true}},
+		{name: "DNS ServiceEntry subset", mesh: load(""), cluster: "outbound|443|auto|pinned.example.com",
+			want: dns{clusterv3.Cluster_STRICT_DNS, time.Minute, 100 * time.Millisecond, true}},
+		{name: "DNS_ROUND_ROBIN ServiceEntry", mesh: load(""), cluster: "outbound|443||insecure.example.com",
+			want: dns{clusterv3.Cluster_LOGICAL_DNS, time.Minute, 100 * time.Millisecond, true}},
+		{name: "ExternalName Service", mesh: func(t *testing.T) *model.Mesh { return goldenMesh(t) }, cluster: "outbound|443||ext.shop.svc.cluster.local",
+			want: dns{clusterv3.Cluster_STRICT_DNS, time.Minute, 100 * time.Millisecond, true}},
+		{name: "mesh config dnsRefreshRate", mesh: load("dnsRefreshRate: 5s"), cluster: "outbound|443||simple.example.com",
+			want: dns{clusterv3.Cluster_STRICT_DNS, 5 * time.Second, 100 * time.Millisecond, true}},
+		{name: "dnsRefreshRate Envoy rejects", mesh: load("dnsRefreshRate: 0.001s"), cluster: "outbound|443||insecure.example.com",
+			want:    dns{clusterv3.Cluster_LOGICAL_DNS, time.Minute, 100 * time.Millisecond, true},
+			problem: "dnsRefreshRate 1ms: must be more than 1ms: 1m0s applies"},
+		{name: "EDS cluster gets none", mesh: load("dnsRefreshRate: 5s"), cluster: "outbound|443||vip.example.com",
+			want: dns{Type: clusterv3.Cluster_EDS}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := tc.mesh(t)
+			c := sidecarClusters(t, m)[tc.cluster]
+			if c == nil {
+				t.Fatalf("no cluster %s", tc.cluster)
+			}
+			if diff := cmp.Diff(tc.want, got(c)); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+			if tc.problem != "" {
+				want := model.Problem{Object: model.MeshConfigObject, Reason: tc.problem}
+				if !slices.Contains(m.Problems(), want) {
+					t.Errorf("problems %v, want %v among them", m.Problems(), want)
+				}
+			}
 		})
 	}
 }

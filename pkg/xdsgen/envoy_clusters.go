@@ -85,7 +85,7 @@ func envoyClusters(m *model.Mesh, svc *model.Service, dr *model.DestinationRule)
 	err := servedPorts(svc, func(p *model.Port, proto protocol) error {
 		for _, subset := range append([]string{""}, subsetNames(dr)...) {
 			name := model.OutboundClusterName(p.Port, subset, svc.Hostname)
-			c := envoyCluster(svc, p, proto, name)
+			c := envoyCluster(m, svc, p, proto, name)
 			if opts := upstreamOptions(proto); opts != nil {
 				c.TypedExtensionProtocolOptions = map[string]*anypb.Any{httpOptionsKey: opts}
 			}
@@ -111,11 +111,12 @@ func envoyClusters(m *model.Mesh, svc *model.Service, dr *model.DestinationRule)
 // ORIGINAL_DST for passthrough (headless services, resolution NONE),
 // STRICT_DNS for DNS (ExternalName services, DNS ServiceEntries: Envoy
 // resolves, pilotwire never does), LOGICAL_DNS for DNS_ROUND_ROBIN.
-func envoyCluster(svc *model.Service, p *model.Port, _ protocol, name string) *clusterv3.Cluster {
+func envoyCluster(m *model.Mesh, svc *model.Service, p *model.Port, _ protocol, name string) *clusterv3.Cluster {
 	var c *clusterv3.Cluster
 	switch {
 	case svc.ExternalName != "":
 		c = dnsCluster(name, svc.ExternalName, p.Port)
+		applyDNSRefresh(c, m.DNSRefreshRate())
 	case svc.Headless || svc.Resolution == model.Passthrough:
 		c = originalDstCluster(name)
 	case svc.Resolution == model.DNSLB || svc.Resolution == model.DNSRoundRobinLB:
@@ -123,6 +124,7 @@ func envoyCluster(svc *model.Service, p *model.Port, _ protocol, name string) *c
 		if svc.Resolution == model.DNSRoundRobinLB {
 			c.ClusterDiscoveryType = &clusterv3.Cluster_Type{Type: clusterv3.Cluster_LOGICAL_DNS}
 		}
+		applyDNSRefresh(c, m.DNSRefreshRate())
 	default:
 		c = edsCluster(name)
 		c.EdsClusterConfig.EdsConfig = adsSourceNoTimeout()
@@ -137,6 +139,23 @@ func envoyCluster(svc *model.Service, p *model.Port, _ protocol, name string) *c
 		c.CommonLbConfig.HealthyPanicThreshold = &typev3.Percent{Value: 0}
 	}
 	return c
+}
+
+// dnsJitter is Istio's default PILOT_DNS_JITTER_DURATION: each refresh of
+// a DNS cluster waits up to this much longer, so that proxies do not
+// resolve all at once.
+const dnsJitter = 100 * time.Millisecond
+
+// applyDNSRefresh sets Istio's resolution settings on a cluster Envoy
+// resolves: the mesh's refresh rate (used after a failed lookup), jitter,
+// and the records' TTLs.
+func applyDNSRefresh(c *clusterv3.Cluster, refresh time.Duration) {
+	//lint:ignore SA1019 Istio sets the deprecated fields; Envoy still reads them
+	c.DnsRefreshRate = durationpb.New(refresh)
+	//lint:ignore SA1019 as above
+	c.DnsJitter = durationpb.New(dnsJitter)
+	//lint:ignore SA1019 as above
+	c.RespectDnsTtl = true
 }
 
 // dnsEndpointsCluster resolves each endpoint's address (a name or an IP).

@@ -10,6 +10,8 @@ import (
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	tcpproxyv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/tcp_proxy/v3"
 	httpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/google/go-cmp/cmp"
@@ -231,6 +233,109 @@ func TestDNSClusters(t *testing.T) {
 				if !slices.Contains(m.Problems(), want) {
 					t.Errorf("problems %v, want %v among them", m.Problems(), want)
 				}
+			}
+		})
+	}
+}
+
+// TestWildcardTLSListener checks Istio's outbound listener for the TLS and
+// HTTPS ports of services without an address (ServiceEntries without
+// addresses): they share 0.0.0.0_<port>, one filter chain per host matched
+// on the SNI the TLS inspector reads, proxying to the host's cluster; a
+// host whose VirtualService has tls routes gets their chains instead; what
+// matches no chain passes through. An HTTP service on the same port adds
+// its chain, and the listener sniffs both.
+func TestWildcardTLSListener(t *testing.T) {
+	type listener struct {
+		Filters []string // listener filters
+		Chains  []string // "<server names>/<transport> -> <cluster or hcm>"
+		Default string
+	}
+	summary := func(l *listenerv3.Listener) listener {
+		var out listener
+		for _, f := range l.GetListenerFilters() {
+			out.Filters = append(out.Filters, f.GetName())
+		}
+		chain := func(fc *listenerv3.FilterChain) string {
+			to := ""
+			for _, f := range fc.GetFilters() {
+				tp := &tcpproxyv3.TcpProxy{}
+				if f.GetTypedConfig().UnmarshalTo(tp) == nil {
+					to = tp.GetCluster()
+				} else {
+					to = f.GetName()
+				}
+			}
+			m := fc.GetFilterChainMatch()
+			return strings.Join(m.GetServerNames(), ",") + "/" + m.GetTransportProtocol() + "/" + strings.Join(m.GetApplicationProtocols(), ",") + " -> " + to
+		}
+		for _, fc := range l.GetFilterChains() {
+			out.Chains = append(out.Chains, chain(fc))
+		}
+		if d := l.GetDefaultFilterChain(); d != nil {
+			out.Default = chain(d)
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name, file, listener string
+		want                 listener
+	}{
+		{
+			name: "TLS hosts by SNI", file: "tls-origination.yaml", listener: "0.0.0.0_443",
+			want: listener{
+				Filters: []string{tlsInspectorName},
+				Chains: []string{
+					"*.static.example.com// -> outbound|443||*.static.example.com",
+					"insecure.example.com// -> outbound|443||insecure.example.com",
+					"pinned.example.com// -> outbound|443||pinned.example.com",
+					"sans.example.com// -> outbound|443||sans.example.com",
+					"simple.example.com// -> outbound|443||simple.example.com",
+				},
+				Default: "// -> " + PassthroughCluster,
+			},
+		},
+		{
+			name: "a host with an address keeps its own listener", file: "tls-origination.yaml", listener: "240.0.0.30_443",
+			want: listener{Chains: []string{"// -> outbound|443||vip.example.com"}},
+		},
+		{
+			name: "HTTP on the same port, VirtualService tls routes", file: "sni-listener.yaml", listener: "0.0.0.0_443",
+			want: listener{
+				Filters: []string{tlsInspectorName, httpInspectorName},
+				Chains: []string{
+					"/raw_buffer/http/1.1,h2c -> " + hcmFilterName,
+					"a.example.com// -> outbound|443||a.example.com",
+					"b.example.com// -> outbound|443||b.example.com",
+					"backup.example.com// -> outbound|443||backup.example.com",
+					"routed.example.com/tls/ -> outbound|443||backup.example.com",
+				},
+				Default: "// -> " + PassthroughCluster,
+			},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			set, err := GenerateFor(egressMesh(t, tc.file), egressProxy, resource.ListenerType)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got *listenerv3.Listener
+			for _, r := range set.Resources {
+				if err := validateDeep(r.Msg); err != nil {
+					t.Errorf("%s: %v", r.Name, err)
+				}
+				if r.Name == tc.listener {
+					got = r.Msg.(*listenerv3.Listener)
+				}
+			}
+			if got == nil {
+				t.Fatalf("no listener %s", tc.listener)
+			}
+			if got.GetBindToPort().GetValue() || got.GetBindToPort() == nil {
+				t.Errorf("%s binds to its port; only virtualOutbound does", tc.listener)
+			}
+			if diff := cmp.Diff(tc.want, summary(got)); diff != "" {
+				t.Errorf("%s (-want +got):\n%s", tc.listener, diff)
 			}
 		})
 	}

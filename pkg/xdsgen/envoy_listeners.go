@@ -31,6 +31,8 @@ import (
 //   - 0.0.0.0_<port> for a port some service declares HTTP: the HTTP
 //     inspector detects plaintext HTTP, which the route configuration
 //     <port> routes by Host; other traffic on the port passes through;
+//     and for TLS ports of services without an address, told apart by
+//     SNI (envoy_sni.go);
 //   - <clusterIP>_<port> for TCP ports (tcp_proxy to the cluster) and for
 //     ports whose protocol is sniffed (HTTP to the route configuration
 //     <host>:<port>, anything else tcp_proxy to the cluster);
@@ -93,14 +95,21 @@ func outboundListeners(m *model.Mesh, mode meshconfig.Mode, ns string, labels ma
 	key := outboundKey{mode: mode, vs: m.VirtualServiceView(ns), labels: labelsKey(m, labels)}
 	r := m.ConfigMemo(key, func() any {
 		var all []*Resource
-		for _, port := range httpPorts(m) {
-			r, err := newResource(httpListenerName(port), httpListener(port, mode))
+		sni := sniChains(m, key.vs, labels)
+		ports := httpPorts(m)
+		for _, port := range ports {
+			r, err := newResource(httpListenerName(port), withSNIChains(httpListener(port, mode), sni[port]))
 			if err != nil {
 				return resourcesResult{err: err}
 			}
 			all = append(all, r)
 		}
-		rs, err := l4Listeners(m, key.vs, key.labels, labels)
+		rs, err := sniListeners(sni, ports, mode)
+		if err != nil {
+			return resourcesResult{err: err}
+		}
+		all = append(all, rs...)
+		rs, err = l4Listeners(m, key.vs, key.labels, labels)
 		return resourcesResult{rs: append(all, rs...), err: err}
 	}).(resourcesResult)
 	return r.rs, r.err
@@ -166,11 +175,17 @@ func httpListener(port int32, mode meshconfig.Mode) *listenerv3.Listener {
 			FilterChainMatch: httpMatch(0),
 			Filters:          []*listenerv3.Filter{sidecarManager("outbound_"+name, portString(port), nil, false, routeFilters()...)},
 		}},
-		DefaultFilterChain: &listenerv3.FilterChain{
-			Name:             passthroughChain,
-			FilterChainMatch: &listenerv3.FilterChainMatch{},
-			Filters:          []*listenerv3.Filter{toCluster(egressCluster(mode))},
-		},
+		DefaultFilterChain: passthroughFilterChain(mode),
+	}
+}
+
+// passthroughFilterChain takes what matches no chain of a wildcard
+// listener: Istio's outbound traffic policy.
+func passthroughFilterChain(mode meshconfig.Mode) *listenerv3.FilterChain {
+	return &listenerv3.FilterChain{
+		Name:             passthroughChain,
+		FilterChainMatch: &listenerv3.FilterChainMatch{},
+		Filters:          []*listenerv3.Filter{toCluster(egressCluster(mode))},
 	}
 }
 

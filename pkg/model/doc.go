@@ -6,7 +6,10 @@
 // (their labels, IP and node), Nodes (their topology labels), and Istio's DestinationRules, ServiceEntries and
 // WorkloadEntries, Sidecars, VirtualServices and Gateways (istio.io/api
 // networking/v1) are decoded; other kinds are
-// only validated.
+// only validated, and those Istio translates but the model does not
+// (security policies, EnvoyFilters, TCPRoutes, ...) are each listed by
+// [Mesh.Problems], an error when leaving them out fails open
+// ([Unsupported]).
 //
 // [Store.Snapshot] returns a [Mesh]: an immutable view of the services and
 // their ready endpoints at the applied sequence. A Mesh is shared by many

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	networkingv1 "istio.io/api/networking/v1"
+
+	"github.com/pilotwire/pilotwire/pkg/meshconfig"
 )
 
 // storedSidecar is one Sidecar object as stored.
@@ -42,7 +44,9 @@ type sidecarIndex struct {
 	problems  []Problem
 }
 
-func buildSidecars(stored []*storedSidecar, root string) *sidecarIndex {
+// buildSidecars indexes the Sidecars of a mesh whose outbound mode is
+// mode.
+func buildSidecars(stored []*storedSidecar, root string, mode meshconfig.Mode) *sidecarIndex {
 	slices.SortFunc(stored, func(a, b *storedSidecar) int {
 		return cmp.Or(a.created.Compare(b.created), strings.Compare(a.key.Namespace, b.key.Namespace),
 			strings.Compare(a.key.Name, b.key.Name), strings.Compare(a.key.Cluster, b.key.Cluster))
@@ -57,6 +61,7 @@ func buildSidecars(stored []*storedSidecar, root string) *sidecarIndex {
 				continue
 			}
 		}
+		x.problems = append(x.problems, sidecarUnsupported(obj, st.spec, mode)...)
 		sc := &sidecarScope{object: obj}
 		if ws != nil {
 			sc.selector = ws.GetLabels()

@@ -98,7 +98,7 @@ func (s *Store) rebuild() *Mesh {
 	if s.sidecarsDirty {
 		s.sidecarIdx = nil
 		if len(s.sidecars) > 0 {
-			s.sidecarIdx = buildSidecars(slices.Collect(maps.Values(s.sidecars)), s.meshCfg.RootNamespace())
+			s.sidecarIdx = buildSidecars(slices.Collect(maps.Values(s.sidecars)), s.meshCfg.RootNamespace(), s.meshCfg.OutboundMode())
 		}
 		s.sidecarsDirty = false
 		s.problemsDirty = true
@@ -269,6 +269,9 @@ func (s *Store) problems(byHost map[string]*Service) []Problem {
 	}
 	for k, why := range s.undecodable {
 		out = append(out, Problem{Object: objectName(k), Reason: why})
+	}
+	for _, ps := range s.unsupported {
+		out = append(out, ps...)
 	}
 	// portLevelSettings naming a port the rule's (exact) host does not have.
 	for _, rule := range s.ruleIdx.all {

@@ -72,6 +72,9 @@ type Store struct {
 	// undecodable: objects whose last record could not be decoded (the
 	// previous version stays), reported as problems.
 	undecodable map[ObjectKey]string
+	// unsupported: the problems of the objects of kinds the model does
+	// not translate (unsupported.go).
+	unsupported map[ObjectKey][]Problem
 	// entryProblems are the ServiceEntry problems of the last rebuild.
 	entryProblems []Problem
 
@@ -104,6 +107,7 @@ type entry struct {
 	vs                   *VirtualServiceInput
 	gw                   *GatewayInput
 	gwapi                *storedGatewayAPI
+	unsupported          []Problem // of a kind the model does not translate
 }
 
 // Option configures a [Store].
@@ -143,6 +147,7 @@ func NewStore(opts ...Option) *Store {
 		gatewayAPI:      make(map[ObjectKey]*storedGatewayAPI),
 		routeIdx:        emptyRoutes(),
 		undecodable:     make(map[ObjectKey]string),
+		unsupported:     make(map[ObjectKey][]Problem),
 		dirty:           make(map[serviceKey]struct{}),
 		ruleIdx:         emptyRules(),
 		mesh:            empty,
@@ -293,7 +298,7 @@ func (s *Store) apply(d *Decoded, seq uint64) error {
 	case pb.Op_OP_ADD, pb.Op_OP_UPDATE:
 		e, err := d.e, d.err
 		if err != nil {
-			if key.Group == GroupNetworking {
+			if key.Group == GroupNetworking || isUnsupported(key) {
 				s.undecodable[key] = fmt.Sprintf("record seq %d cannot be decoded (%v): the previous version, if any, stays", seq, err)
 				s.problemsDirty = true
 			}
@@ -399,7 +404,7 @@ func decode(key ObjectKey, raw []byte) (*entry, error) {
 		if !json.Valid(raw) {
 			return nil, errors.New("invalid JSON")
 		}
-		return &entry{}, nil
+		return &entry{unsupported: unsupportedProblems(key, raw)}, nil
 	}
 }
 
@@ -459,6 +464,9 @@ func (s *Store) insert(key ObjectKey, e *entry) {
 	case e.gwapi != nil:
 		s.gatewayAPI[key] = e.gwapi
 		s.routingDirty = true
+	case e.unsupported != nil:
+		s.unsupported[key] = e.unsupported
+		s.problemsDirty = true
 	}
 }
 
@@ -570,6 +578,9 @@ func (s *Store) removeEntry(key ObjectKey, e *entry) {
 	case e.gwapi != nil:
 		delete(s.gatewayAPI, key)
 		s.routingDirty = true
+	case e.unsupported != nil:
+		delete(s.unsupported, key)
+		s.problemsDirty = true
 	}
 }
 

@@ -203,8 +203,9 @@ func (s *Server) configz(w http.ResponseWriter, _ *http.Request) {
 		Ports            []port   `json:"ports"`
 	}
 	type problem struct {
-		Object string `json:"object"`
-		Reason string `json:"reason"`
+		Object   string `json:"object"`
+		Severity string `json:"severity"` // error: leaving it out fails open
+		Reason   string `json:"reason"`
 	}
 	out := struct {
 		Seq      uint64    `json:"seq"`
@@ -213,7 +214,7 @@ func (s *Server) configz(w http.ResponseWriter, _ *http.Request) {
 		Ignored  []problem `json:"ignored"`
 	}{Seq: m.Seq, Objects: s.store.Len(), Ignored: []problem{}}
 	for _, p := range m.Problems() {
-		out.Ignored = append(out.Ignored, problem{Object: p.Object, Reason: p.Reason})
+		out.Ignored = append(out.Ignored, problem{Object: p.Object, Severity: p.Severity.String(), Reason: p.Reason})
 	}
 	for _, sv := range m.Services {
 		x := svc{Hostname: sv.Hostname, ClusterIP: sv.ClusterIP, Clusters: sv.Clusters, Resolution: sv.Resolution.String(), ExportTo: sv.ExportTo, Subsets: sv.Subsets()}

@@ -1,6 +1,7 @@
 package ads
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -136,6 +137,8 @@ type follower struct {
 	caughtUp     chan struct{}          // closed at the first message with nothing pending
 	reported     map[model.Problem]bool // problems already reported
 	reportedOnce bool
+	// ignoredLabels are the series of pilotwire_ads_config_ignored set.
+	ignoredLabels map[problemLabels]int
 }
 
 func newFollower(js jetstream.JetStream, names bus.Names, store *model.Store, gate *seqGate, log *slog.Logger, m *metrics) *follower {
@@ -517,24 +520,51 @@ func (f *follower) step(r *decodedRecord) {
 	f.gate.advance(r.seq)
 	if r.numPending == 0 {
 		f.caughtUpOnce.Do(func() { close(f.caughtUp) })
-		if key := r.d.Key(); key.Group == model.GroupNetworking || key.Kind == model.KindService || !f.reportedOnce {
+		if key := r.d.Key(); isConfig(key) || key.Kind == model.KindService || !f.reportedOnce {
 			f.reportProblems()
 		}
 	}
 }
 
+// isConfig reports whether key is of a config kind (Istio's, the Gateway
+// API's, ...): every group but the core and discovery ones.
+func isConfig(key model.ObjectKey) bool {
+	return key.Group != model.GroupCore && key.Group != model.GroupDiscovery
+}
+
+// problemLabels are the labels of pilotwire_ads_config_ignored.
+type problemLabels struct{ kind, severity string }
+
 // reportProblems logs, and counts in pilot_total_xds_internal_errors, each
-// object (or part) the mesh newly ignores. It runs when the model has
-// caught up after a change of config, so a replay reports each problem once.
+// object (or part) the mesh newly ignores, at error level when leaving it
+// out fails open, and sets pilotwire_ads_config_ignored to what it ignores
+// now. It runs when the model has caught up after a change of config, so
+// a replay reports each problem once.
 func (f *follower) reportProblems() {
 	f.reportedOnce = true
 	now := make(map[model.Problem]bool)
+	counts := make(map[problemLabels]int)
 	for _, p := range f.store.Snapshot().Problems() {
 		now[p] = true
-		if !f.reported[p] {
-			f.metrics.internalErrors.Inc()
-			f.log.Warn("config ignored", "object", p.Object, "reason", p.Reason)
+		counts[problemLabels{cmp.Or(p.Kind(), "unknown"), p.Severity.String()}]++
+		if f.reported[p] {
+			continue
 		}
+		f.metrics.internalErrors.Inc()
+		level := slog.LevelWarn
+		if p.Severity == model.SeverityError {
+			level = slog.LevelError
+		}
+		f.log.Log(context.Background(), level, "config ignored", "object", p.Object, "severity", p.Severity.String(), "reason", p.Reason)
 	}
 	f.reported = now
+	for l := range f.ignoredLabels {
+		if counts[l] == 0 {
+			f.metrics.configIgnored.DeleteLabelValues(l.kind, l.severity)
+		}
+	}
+	for l, n := range counts {
+		f.metrics.configIgnored.WithLabelValues(l.kind, l.severity).Set(float64(n))
+	}
+	f.ignoredLabels = counts
 }

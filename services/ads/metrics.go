@@ -46,6 +46,7 @@ type metrics struct {
 	internalErrors       prometheus.Counter
 	debugRequests        *prometheus.CounterVec
 	debugTruncated       prometheus.Counter
+	configIgnored        *prometheus.GaugeVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -72,8 +73,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "pilotwire_ads_streams_shed_total", Help: "Streams this frontend closed because of what their client did, by reason (node, identity, type_url, too_many_names, forged_nonce, request_rate, send_timeout, debug_auth, debug_request).",
 		}, []string{"reason"}),
 		internalErrors: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "pilot_total_xds_internal_errors", Help: "Config objects (or parts of them) the model ignores as invalid or conflicting; /debug/configz lists them.",
+			Name: "pilot_total_xds_internal_errors", Help: "Config objects (or parts of them) the model ignores as invalid, conflicting or not supported; /debug/configz lists them.",
 		}),
+		configIgnored: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "pilotwire_ads_config_ignored",
+			Help: "Config objects (or parts of them) the model ignores now, by kind and severity (error: leaving it out lets through traffic it would refuse, as a DENY AuthorizationPolicy); /debug/configz lists them.",
+		}, []string{"kind", "severity"}),
 		routers: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "pilotwire_ads_router_connections_total", Help: "Connections from routers (gateways).",
 		}),
@@ -181,6 +186,6 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	reg.MustRegister(marshals, m.routers, m.connections, m.pushes, m.rejects, m.expiredNonce, m.sendErrors, m.badRequests, m.shed,
 		m.badRecords, m.appliedSeq, m.snapshotSeq, m.snapshotUnusable, m.compactRefused, m.snapshotViewUnusable, m.bootstrapView, m.bootstrapBallast, m.orders, m.orderSeqs, m.ordersDropped, m.responseBytes, m.registryErrors, m.registryWrites,
 		m.deliveryDrops, m.admitRejects, m.admitWaiting, m.admitWait, m.convergence, m.pushTime, m.sendTime, m.configSize, m.deferred, m.reregistrations, m.doneErrors, m.doneMessages, m.generateErrors, m.debugRequests, m.debugTruncated,
-		m.internalErrors)
+		m.internalErrors, m.configIgnored)
 	return m
 }

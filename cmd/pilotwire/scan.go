@@ -21,6 +21,9 @@ type scanOptions struct {
 	ThroughSeq uint64
 	// Stop before the first message stored after this time (zero: none).
 	Until time.Time
+	// LastPerSubject reads only the last message of each subject (the
+	// current state of each object of a change stream).
+	LastPerSubject bool
 }
 
 // scanStream calls fn for every message of the stream within o, in
@@ -39,6 +42,9 @@ func scanStream(ctx context.Context, s jetstream.Stream, o scanOptions, fn func(
 		return nil
 	}
 	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: o.Filter}
+	if o.LastPerSubject {
+		cfg.DeliverPolicy = jetstream.DeliverLastPerSubjectPolicy
+	}
 	if o.FromSeq > last {
 		return nil
 	}

@@ -17,22 +17,39 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/pilotwire/pilotwire/pkg/bus"
+	"github.com/pilotwire/pilotwire/pkg/meshconfig"
 	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
 )
 
+// statusConfig is what status reads.
+type statusConfig struct {
+	connConfig
+	// MeshConfig is the frontends' --mesh-config file ("" for Istio's
+	// defaults, as theirs): it decides how bad some left-out config is.
+	MeshConfig string
+}
+
 func newStatusCmd() *cobra.Command {
-	var c connConfig
+	var c statusConfig
 	cmd := &cobra.Command{
 		Use:   "status",
-		Short: "Every connected proxy with its frontend and, per type, the version sent and acknowledged (as istioctl proxy-status)",
+		Short: "Every connected proxy with its frontend and, per type, the version sent and acknowledged (as istioctl proxy-status), and the config pilotwire leaves out",
 		Long: `status lists the connections of the registry (PW_REGISTRY) and, per type,
 what the DELIVERIES stream says they were last sent and answered: SYNCED
 (the last response was ACKed), STALE (sent, not answered yet), NACKED (with
-the error) or NOT SENT. NACKed and stale proxies come first.`,
+the error) or NOT SENT. NACKed and stale proxies come first.
+
+It then lists the config of the change stream that every frontend leaves
+out because pilotwire does not translate it (AuthorizationPolicies,
+PeerAuthentications, EnvoyFilters, TCPRoutes, a Sidecar's ingress, ...),
+as the frontends log it: severity error when leaving it out lets through
+traffic it would refuse (a DENY policy), warning otherwise. Config left
+out because it is invalid is in each frontend's /debug/configz.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runStatus(cmd.Context(), os.Stdout, c) },
 	}
-	addConnFlags(cmd, &c)
+	addConnFlags(cmd, &c.connConfig)
+	cmd.Flags().StringVar(&c.MeshConfig, "mesh-config", "", "the frontends' --mesh-config file (default: Istio's defaults, as theirs)")
 	return cmd
 }
 
@@ -76,9 +93,15 @@ func (p proxyStatus) rank() int {
 type statusReport struct {
 	LatestSeq uint64        `json:"latestSeq"`
 	Proxies   []proxyStatus `json:"proxies"`
+	// Ignored is the config pilotwire does not translate, errors first.
+	Ignored []ignoredConfig `json:"ignored"`
 }
 
-func runStatus(ctx context.Context, w io.Writer, c connConfig) error {
+func runStatus(ctx context.Context, w io.Writer, c statusConfig) error {
+	mc, err := meshconfig.Load(c.MeshConfig)
+	if err != nil {
+		return err
+	}
 	ctx, s, done, err := c.open(ctx)
 	if err != nil {
 		return err
@@ -86,6 +109,9 @@ func runStatus(ctx context.Context, w io.Writer, c connConfig) error {
 	defer done()
 	rep, err := status(ctx, s)
 	if err != nil {
+		return err
+	}
+	if rep.Ignored, err = unsupportedConfig(ctx, s, mc); err != nil {
 		return err
 	}
 	return emit(w, c.Output, rep, func(tw *tabwriter.Writer) {
@@ -110,6 +136,19 @@ func runStatus(ctx context.Context, w io.Writer, c connConfig) error {
 					fmt.Fprintf(tw, "%s %s NACK: %s\n", p.Node, t.short, ts.Error)
 				}
 			}
+		}
+		if len(rep.Ignored) == 0 {
+			return
+		}
+		errs := 0
+		for _, i := range rep.Ignored {
+			if i.Severity == "error" {
+				errs++
+			}
+		}
+		fmt.Fprintf(tw, "\nCONFIG NOT APPLIED (errors: %d, warnings: %d)\nSEVERITY\tOBJECT\tREASON\n", errs, len(rep.Ignored)-errs)
+		for _, i := range rep.Ignored {
+			fmt.Fprintf(tw, "%s\t%s\t%s\n", i.Severity, i.Object, i.Reason)
 		}
 	})
 }

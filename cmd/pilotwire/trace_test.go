@@ -103,7 +103,7 @@ func TestBrokenConfig(t *testing.T) {
 		t.Errorf("eds status %+v, want sent %s, acked %s, error %q", e, push.GetVersionInfo(), eds.GetVersionInfo(), reject)
 	}
 	out.Reset()
-	if err := runStatus(ctx, &out, cc); err != nil {
+	if err := runStatus(ctx, &out, statusConfig{connConfig: cc}); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(out.String(), "NACKED") || !strings.Contains(out.String(), reject) {

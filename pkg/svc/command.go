@@ -27,6 +27,19 @@ type Validator interface {
 // Command builds a service binary's command: cfg's flags, and a RunE that
 // validates cfg (if it is a Validator) and runs run inside Serve.
 func Command(use, short string, cfg Config, run func(ctx context.Context, d Deps) error) *cobra.Command {
+	return command(use, short, cfg, Serve, run)
+}
+
+// LocalCommand is Command for a service that uses no NATS: run runs
+// inside ServeLocal. Its config registers the common flags with
+// Common.AddLocalFlags.
+func LocalCommand(use, short string, cfg Config, run func(ctx context.Context, d Deps) error) *cobra.Command {
+	return command(use, short, cfg, ServeLocal, run)
+}
+
+type serveFunc func(ctx context.Context, c Common, component string, run func(ctx context.Context, d Deps) error) error
+
+func command(use, short string, cfg Config, serve serveFunc, run func(ctx context.Context, d Deps) error) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:           use,
 		Short:         short,
@@ -39,7 +52,7 @@ func Command(use, short string, cfg Config, run func(ctx context.Context, d Deps
 					return err
 				}
 			}
-			return Serve(cmd.Context(), *cfg.CommonConfig(), use, run)
+			return serve(cmd.Context(), *cfg.CommonConfig(), use, run)
 		},
 	}
 	cfg.AddFlags(cmd.Flags())

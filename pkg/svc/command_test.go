@@ -64,3 +64,33 @@ func TestCommandValidatesBeforeServing(t *testing.T) {
 		t.Errorf("flags not parsed into the config: %+v", cfg)
 	}
 }
+
+// localConfig is the configuration of a service that uses no NATS.
+type localConfig struct {
+	svc.Common
+}
+
+func (c *localConfig) AddFlags(fs *pflag.FlagSet) {
+	c.Common.AddLocalFlags(fs, svc.DefaultCommon("127.0.0.1:9998"))
+}
+
+func TestLocalCommandHasNoNATSFlags(t *testing.T) {
+	cmd := svc.LocalCommand("test", "a service without NATS", &localConfig{}, func(context.Context, svc.Deps) error { return nil })
+	var out bytes.Buffer
+	cmd.SetOut(&out)
+	cmd.SetArgs([]string{"--help"})
+	if err := cmd.ExecuteContext(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	help := out.String()
+	for _, want := range []string{"--http-addr", `(default "127.0.0.1:9998")`, "--debug-addr", "--log-level", "--log-format", "--enable-profiling"} {
+		if !strings.Contains(help, want) {
+			t.Errorf("--help lacks %s:\n%s", want, help)
+		}
+	}
+	for _, unwanted := range []string{"--nats-", "--prefix", "--replicas", "--changes-max"} {
+		if strings.Contains(help, unwanted) {
+			t.Errorf("--help of a service without NATS has %s:\n%s", unwanted, help)
+		}
+	}
+}

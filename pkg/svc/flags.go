@@ -108,16 +108,27 @@ func (c *Common) AddFlags(fs *pflag.FlagSet, def Common) {
 	fs.StringVar(&c.NATSURL, "nats-url", EnvString("PILOTWIRE_NATS_URL", def.NATSURL), "NATS server URL (env PILOTWIRE_NATS_URL)")
 	c.Auth.AddFlags(fs)
 	fs.StringVar(&c.Prefix, "prefix", EnvString("PILOTWIRE_PREFIX", def.Prefix), "subject prefix shared by every service of one mesh (env PILOTWIRE_PREFIX)")
-	fs.StringVar(&c.HTTPAddr, "http-addr", EnvString("PILOTWIRE_HTTP_ADDR", def.HTTPAddr), "address for /healthz, /readyz and /metrics (env PILOTWIRE_HTTP_ADDR)")
-	fs.StringVar(&c.DebugAddr, "debug-addr", EnvString("PILOTWIRE_DEBUG_ADDR", def.DebugAddr), `address for /debug/* and pprof, loopback by default; "" turns it off (env PILOTWIRE_DEBUG_ADDR)`)
-	fs.StringVar(&c.LogLevel, "log-level", EnvString("PILOTWIRE_LOG_LEVEL", def.LogLevel), "log level: debug, info, warn, error (env PILOTWIRE_LOG_LEVEL)")
-	fs.StringVar(&c.LogFormat, "log-format", EnvString("PILOTWIRE_LOG_FORMAT", def.LogFormat), "log format: text or json (env PILOTWIRE_LOG_FORMAT)")
-	fs.BoolVar(&c.Profiling, "enable-profiling", EnvBool("ENABLE_PROFILING", def.Profiling), "serve Go profiles on /debug/pprof/ of --debug-addr (env ENABLE_PROFILING)")
+	c.addHTTPFlags(fs, def)
 	fs.IntVar(&c.Replicas, "replicas", EnvInt("PILOTWIRE_REPLICAS", def.Replicas), "replicas of the streams and buckets this service creates (env PILOTWIRE_REPLICAS)")
 	fs.DurationVar(&c.ChangesMaxAge, "changes-max-age", EnvDuration("PILOTWIRE_CHANGES_MAX_AGE", def.ChangesMaxAge), "hard age limit of the change stream; 0: none. Drops live objects' only records too: a disk guard, not retention (the snapshotter compacts) (env PILOTWIRE_CHANGES_MAX_AGE)")
 	fs.Int64Var(&c.ChangesMaxBytes, "changes-max-bytes", int64(EnvInt("PILOTWIRE_CHANGES_MAX_BYTES", int(def.ChangesMaxBytes))), "hard size limit of the change stream in bytes; 0: none (a disk guard, see --changes-max-age) (env PILOTWIRE_CHANGES_MAX_BYTES)")
 	fs.DurationVar(&c.DeliveriesMaxAge, "deliveries-max-age", EnvDuration("PILOTWIRE_DELIVERIES_MAX_AGE", def.DeliveriesMaxAge), "how long the deliveries stream keeps xDS exchanges (env PILOTWIRE_DELIVERIES_MAX_AGE)")
 	fs.Int64Var(&c.DeliveriesMaxBytes, "deliveries-max-bytes", int64(EnvInt("PILOTWIRE_DELIVERIES_MAX_BYTES", int(def.DeliveriesMaxBytes))), "size limit of the deliveries stream in bytes, oldest dropped first; -1: none (env PILOTWIRE_DELIVERIES_MAX_BYTES)")
+}
+
+// AddLocalFlags registers the common flags of a service that uses no NATS
+// (ServeLocal): the HTTP and debug addresses, logging and profiling.
+func (c *Common) AddLocalFlags(fs *pflag.FlagSet, def Common) {
+	c.addHTTPFlags(fs, def)
+}
+
+// addHTTPFlags registers the flags every service has, NATS or not.
+func (c *Common) addHTTPFlags(fs *pflag.FlagSet, def Common) {
+	fs.StringVar(&c.HTTPAddr, "http-addr", EnvString("PILOTWIRE_HTTP_ADDR", def.HTTPAddr), "address for /healthz, /readyz and /metrics (env PILOTWIRE_HTTP_ADDR)")
+	fs.StringVar(&c.DebugAddr, "debug-addr", EnvString("PILOTWIRE_DEBUG_ADDR", def.DebugAddr), `address for /debug/* and pprof, loopback by default; "" turns it off (env PILOTWIRE_DEBUG_ADDR)`)
+	fs.StringVar(&c.LogLevel, "log-level", EnvString("PILOTWIRE_LOG_LEVEL", def.LogLevel), "log level: debug, info, warn, error (env PILOTWIRE_LOG_LEVEL)")
+	fs.StringVar(&c.LogFormat, "log-format", EnvString("PILOTWIRE_LOG_FORMAT", def.LogFormat), "log format: text or json (env PILOTWIRE_LOG_FORMAT)")
+	fs.BoolVar(&c.Profiling, "enable-profiling", EnvBool("ENABLE_PROFILING", def.Profiling), "serve Go profiles on /debug/pprof/ of --debug-addr (env ENABLE_PROFILING)")
 }
 
 // CommonConfig returns c; a service's Config, which embeds Common, gets it

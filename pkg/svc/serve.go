@@ -30,6 +30,17 @@ type Deps struct {
 // Serve is the shell of a service binary: logger, metrics registry, HTTP
 // server, NATS connection; then run, until ctx ends or run returns.
 func Serve(ctx context.Context, c Common, component string, run func(ctx context.Context, d Deps) error) error {
+	return serve(ctx, c, component, true, run)
+}
+
+// ServeLocal is Serve for a service that uses no NATS (the CA, which must
+// keep its keys out of every stream): logger, metrics registry, HTTP
+// servers; Deps.NC and Deps.JS are nil.
+func ServeLocal(ctx context.Context, c Common, component string, run func(ctx context.Context, d Deps) error) error {
+	return serve(ctx, c, component, false, run)
+}
+
+func serve(ctx context.Context, c Common, component string, withNATS bool, run func(ctx context.Context, d Deps) error) error {
 	log, err := NewLogger(os.Stderr, c.LogLevel, c.LogFormat, component)
 	if err != nil {
 		return err
@@ -66,18 +77,22 @@ func Serve(ctx context.Context, c Common, component string, run func(ctx context
 		}()
 	}
 	defer wg.Wait()
-	log.Info("starting", "http", d.HTTP.Addr(), "debug", debugAddr, "nats", RedactURL(c.NATSURL), "prefix", c.Prefix)
-	connectErrors := prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "pilotwire_nats_connect_errors_total", Help: "Failed tries of the first NATS connect (retried every second).",
-	})
-	d.Reg.MustRegister(connectErrors)
-	nc, js, err := Connect(ctx, c.NATSURL, "pilotwire-"+component, c.Auth, log, connectErrors)
-	if err != nil {
-		cancel()
-		return err
+	if withNATS {
+		log.Info("starting", "http", d.HTTP.Addr(), "debug", debugAddr, "nats", RedactURL(c.NATSURL), "prefix", c.Prefix)
+		connectErrors := prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pilotwire_nats_connect_errors_total", Help: "Failed tries of the first NATS connect (retried every second).",
+		})
+		d.Reg.MustRegister(connectErrors)
+		nc, js, err := Connect(ctx, c.NATSURL, "pilotwire-"+component, c.Auth, log, connectErrors)
+		if err != nil {
+			cancel()
+			return err
+		}
+		defer nc.Close()
+		d.NC, d.JS = nc, js
+	} else {
+		log.Info("starting", "http", d.HTTP.Addr(), "debug", debugAddr)
 	}
-	defer nc.Close()
-	d.NC, d.JS = nc, js
 	runErr := make(chan error, 1)
 	wg.Add(1)
 	go func() {

@@ -127,6 +127,45 @@ func TestServeGivesUpConnectingWhenCancelled(t *testing.T) {
 	}
 }
 
+// TestServeLocalRunsWithoutNATS: ServeLocal never dials NATS (the URL
+// names a closed port), runs the service with its HTTP server and nil
+// NATS deps, and adds no NATS metric.
+func TestServeLocalRunsWithoutNATS(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadURL := "nats://" + lis.Addr().String()
+	lis.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.DefaultTimeout)
+	defer cancel()
+	started := make(chan svc.Deps, 1)
+	served := make(chan error, 1)
+	go func() {
+		served <- svc.ServeLocal(ctx, testCommon(deadURL), "test", func(ctx context.Context, d svc.Deps) error {
+			started <- d
+			<-ctx.Done()
+			return nil
+		})
+	}()
+	var d svc.Deps
+	select {
+	case d = <-started:
+	case err := <-served:
+		t.Fatalf("ServeLocal returned before run started: %v", err)
+	}
+	if d.NC != nil || d.JS != nil || d.HTTP == nil || d.Reg == nil || d.Health == nil || d.Log == nil {
+		t.Fatalf("deps = %+v, want HTTP, registry, health and log without NATS", d)
+	}
+	if code, body := get(t, d.HTTP.Addr(), "/metrics"); code != http.StatusOK || strings.Contains(body, "pilotwire_nats_") {
+		t.Errorf("/metrics = %d, want 200 without NATS metrics:\n%s", code, body)
+	}
+	cancel()
+	if err := <-served; err != nil {
+		t.Errorf("ServeLocal after cancel = %v, want nil", err)
+	}
+}
+
 func TestServeRejectsBadLogConfig(t *testing.T) {
 	for _, c := range []svc.Common{
 		{LogLevel: "loud", LogFormat: "text", HTTPAddr: "127.0.0.1:0"},

@@ -41,12 +41,13 @@ FUZZ_TARGETS := \
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
-build: ## build the five binaries and the benchmark harness into bin/
+build: ## build the six binaries (ingest, debouncer, pusher, ads, ca, pilotwire) and the benchmark harness into bin/
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/ingest ./services/ingest/cmd/ingest
 	$(GO) build -o $(BIN)/debouncer ./services/debouncer/cmd/debouncer
 	$(GO) build -o $(BIN)/pusher ./services/pusher/cmd/pusher
 	$(GO) build -o $(BIN)/ads ./services/ads/cmd/ads
+	$(GO) build -o $(BIN)/ca ./services/ca/cmd/ca
 	$(GO) build -o $(BIN)/pilotwire ./cmd/pilotwire
 	$(GO) build -o $(BIN)/pwbench ./bench/cmd/pwbench
 

@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-deps=$(go list -deps ./cmd/... ./services/ingest/cmd/... ./services/debouncer/cmd/... ./services/pusher/cmd/... ./services/ads/cmd/...)
+deps=$(go list -deps ./cmd/... ./services/ingest/cmd/... ./services/debouncer/cmd/... ./services/pusher/cmd/... ./services/ads/cmd/... ./services/ca/cmd/...)
 bad=$(grep -E '^(github\.com/envoyproxy/go-control-plane/pkg/(cache|server)|gonum\.org/|github\.com/pilotwire/pilotwire/(internal/testkit|bench)(/|$))' <<<"$deps" || true)
 if [ -n "$bad" ]; then
 	echo "product binaries link benchmark or test packages:"

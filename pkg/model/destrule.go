@@ -556,6 +556,43 @@ func (m *Mesh) TrafficPolicy(r *DestinationRule, port int32, subset string) *net
 	return tp
 }
 
+// ConsistentHash returns the consistent hash a route to r's host hashes
+// requests by, for a destination with subset ("" for none) and port (0
+// when the destination names none), as Istio's route builder picks it:
+// the first hash set by the subset's portLevelSettings for the port, the
+// subset's policy, the rule's portLevelSettings for the port, the rule's
+// policy. Unlike [Mesh.TrafficPolicy] nothing is replaced wholesale: a
+// level without a hash of its own falls through to the next. nil when
+// none hashes. Read-only.
+func (r *DestinationRule) ConsistentHash(port int32, subset string) *networkingv1.LoadBalancerSettings_ConsistentHashLB {
+	portHash := func(tp *networkingv1.TrafficPolicy) *networkingv1.LoadBalancerSettings_ConsistentHashLB {
+		if port == 0 {
+			return nil
+		}
+		for _, pl := range tp.GetPortLevelSettings() {
+			if pl.GetPort().GetNumber() == uint32(port) {
+				return pl.GetLoadBalancer().GetConsistentHash()
+			}
+		}
+		return nil
+	}
+	if r == nil {
+		return nil
+	}
+	if s := r.Subset(subset); s != nil {
+		if h := portHash(s.GetTrafficPolicy()); h != nil {
+			return h
+		}
+		if h := s.GetTrafficPolicy().GetLoadBalancer().GetConsistentHash(); h != nil {
+			return h
+		}
+	}
+	if h := portHash(r.Spec.GetTrafficPolicy()); h != nil {
+		return h
+	}
+	return r.Spec.GetTrafficPolicy().GetLoadBalancer().GetConsistentHash()
+}
+
 // forPort is tp without portLevelSettings, with those for port applied.
 func forPort(tp *networkingv1.TrafficPolicy, port int32) *networkingv1.TrafficPolicy {
 	if tp == nil {

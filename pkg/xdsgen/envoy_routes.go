@@ -319,7 +319,7 @@ func sniffedRoutes(m *model.Mesh, svc *model.Service, dr *model.DestinationRule,
 func serviceRoute(m *model.Mesh, svc *model.Service, p *model.Port, dr *model.DestinationRule) *routev3.Route {
 	r := outboundRoute(clusterName(svc, p))
 	if dr != nil {
-		r.GetRoute().HashPolicy = hashPolicy(m.TrafficPolicy(dr, p.Port, "").GetLoadBalancer())
+		r.GetRoute().HashPolicy = hashPolicy(dr.ConsistentHash(p.Port, ""))
 	}
 	// Istio's default route keeps previous_hosts even with a hash policy.
 	r.GetRoute().RetryPolicy = retryPolicy(m, nil, false, false)

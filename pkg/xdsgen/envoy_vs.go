@@ -342,15 +342,13 @@ func destinationHash(m *model.Mesh, c routeCtx, d *networkingv1.Destination) []*
 	if dr == nil {
 		return nil
 	}
-	port := int32(d.GetPort().GetNumber())
-	if port == 0 {
-		port = c.port
-	}
-	lb := m.TrafficPolicy(dr, port, d.GetSubset()).GetLoadBalancer()
+	// As Istio, port-level hashes count only when the destination names
+	// its port.
+	ch := dr.ConsistentHash(int32(d.GetPort().GetNumber()), d.GetSubset())
 	if c.grpc {
-		return grpcHashPolicy(lb)
+		return grpcHashPolicy(ch)
 	}
-	return hashPolicy(lb)
+	return hashPolicy(ch)
 }
 
 func mirrorPolicies(m *model.Mesh, h *networkingv1.HTTPRoute, port int32) []*routev3.RouteAction_RequestMirrorPolicy {

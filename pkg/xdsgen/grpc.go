@@ -154,7 +154,7 @@ func grpcRoutes(m *model.Mesh, svc *model.Service, dr *model.DestinationRule, sr
 		if len(routes) == 0 {
 			route := defaultRoute(clusterName(svc, p), nil)
 			if dr != nil {
-				route.GetRoute().HashPolicy = grpcHashPolicy(m.TrafficPolicy(dr, p.Port, "").GetLoadBalancer())
+				route.GetRoute().HashPolicy = grpcHashPolicy(dr.ConsistentHash(p.Port, ""))
 			}
 			route.GetRoute().RetryPolicy = retryPolicy(m, nil, false, true)
 			routes = []*routev3.Route{route}

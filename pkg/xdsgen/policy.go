@@ -83,8 +83,7 @@ func applyConsistentHash(c *clusterv3.Cluster, lb *networkingv1.LoadBalancerSett
 // hashPolicy is the route's hash policy for a consistent hash: by header,
 // cookie, source IP or query parameter (Istio's ConsistentHashToHashPolicy).
 // nil without one.
-func hashPolicy(lb *networkingv1.LoadBalancerSettings) []*routev3.RouteAction_HashPolicy {
-	ch := lb.GetConsistentHash()
+func hashPolicy(ch *networkingv1.LoadBalancerSettings_ConsistentHashLB) []*routev3.RouteAction_HashPolicy {
 	var p *routev3.RouteAction_HashPolicy
 	switch ch.GetHashKey().(type) {
 	case *networkingv1.LoadBalancerSettings_ConsistentHashLB_HttpHeaderName:
@@ -115,11 +114,11 @@ func hashPolicy(lb *networkingv1.LoadBalancerSettings) []*routev3.RouteAction_Ha
 // grpcHashPolicy is the hash policies gRPC honours: a header (gRPC ignores
 // cookies, query parameters and source IPs: a call without a policy it
 // understands hashes randomly).
-func grpcHashPolicy(lb *networkingv1.LoadBalancerSettings) []*routev3.RouteAction_HashPolicy {
-	if _, ok := lb.GetConsistentHash().GetHashKey().(*networkingv1.LoadBalancerSettings_ConsistentHashLB_HttpHeaderName); !ok {
+func grpcHashPolicy(ch *networkingv1.LoadBalancerSettings_ConsistentHashLB) []*routev3.RouteAction_HashPolicy {
+	if _, ok := ch.GetHashKey().(*networkingv1.LoadBalancerSettings_ConsistentHashLB_HttpHeaderName); !ok {
 		return nil
 	}
-	return hashPolicy(lb)
+	return hashPolicy(ch)
 }
 
 // envoyTrafficPolicy applies a traffic policy (nil: Istio's defaults) to

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/proto"
+	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
 	networkingv1 "istio.io/api/networking/v1"
 )
 
@@ -527,31 +528,32 @@ func (s *Service) Subsets() []string {
 func (s *Service) DestinationRules() []*DestinationRule { return s.rules }
 
 // TrafficPolicy returns the traffic policy of rule r for one port and
-// subset ("" for none), as Istio's cluster builder merges it: the rule's
-// policy, overridden by its portLevelSettings for the port, overridden by
-// the subset's policy (and the subset's portLevelSettings). The mesh
-// config's defaultTrafficPolicy fills connectionPool and outlierDetection
-// when the result sets none. The result has no portLevelSettings; nil when
+// subset ("" for none), as Istio's cluster builder merges it:
+//   - portLevelSettings for the port replace the rule's policy wholesale:
+//     a component they leave out gets its default, nothing is inherited
+//     from the rule's top level (nor its proxyProtocol, tunnel or
+//     retryBudget);
+//   - the mesh config's defaultTrafficPolicy then fills connectionPool and
+//     outlierDetection where that policy sets none;
+//   - a subset's policy then overrides it component by component, unless
+//     the subset has portLevelSettings for the port: those replace
+//     connectionPool, outlierDetection, loadBalancer and tls wholesale
+//     (the mesh default included), keeping the rest.
+//
+// Any portLevelSettings left in the result are for other ports. nil when
 // nothing is set. Read-only.
 func (m *Mesh) TrafficPolicy(r *DestinationRule, port int32, subset string) *networkingv1.TrafficPolicy {
 	var tp *networkingv1.TrafficPolicy
 	if r != nil {
-		tp = forPort(r.Spec.GetTrafficPolicy(), port)
-		if s := r.Subset(subset); s != nil {
-			tp = overlay(tp, forPort(s.GetTrafficPolicy(), port))
-		}
+		tp, _ = forPort(r.Spec.GetTrafficPolicy(), port)
 	}
-	if d := m.content.settings.defaultPolicy; d != nil {
-		if tp.GetConnectionPool() == nil || tp.GetOutlierDetection() == nil {
-			out := shallowPolicy(tp)
-			if out.ConnectionPool == nil {
-				out.ConnectionPool = d.GetConnectionPool()
-			}
-			if out.OutlierDetection == nil {
-				out.OutlierDetection = d.GetOutlierDetection()
-			}
-			tp = out
-		}
+	tp = withMeshDefault(tp, m.content.settings.defaultPolicy)
+	if r == nil {
+		return tp
+	}
+	if s := r.Subset(subset); s != nil && s.GetTrafficPolicy() != nil {
+		top, portLevel := forPort(s.GetTrafficPolicy(), port)
+		tp = mergeSubset(tp, top, portLevel)
 	}
 	return tp
 }
@@ -593,68 +595,86 @@ func (r *DestinationRule) ConsistentHash(port int32, subset string) *networkingv
 	return r.Spec.GetTrafficPolicy().GetLoadBalancer().GetConsistentHash()
 }
 
-// forPort is tp without portLevelSettings, with those for port applied.
-func forPort(tp *networkingv1.TrafficPolicy, port int32) *networkingv1.TrafficPolicy {
-	if tp == nil {
-		return nil
+// forPort is tp's policy for port: that of its portLevelSettings for the
+// port, alone (portLevel true), else tp itself.
+func forPort(tp *networkingv1.TrafficPolicy, port int32) (_ *networkingv1.TrafficPolicy, portLevel bool) {
+	for _, pl := range tp.GetPortLevelSettings() {
+		if pl.GetPort().GetNumber() == uint32(port) {
+			return &networkingv1.TrafficPolicy{
+				ConnectionPool:   pl.ConnectionPool,
+				OutlierDetection: pl.OutlierDetection,
+				LoadBalancer:     pl.LoadBalancer,
+				Tls:              pl.Tls,
+			}, true
+		}
+	}
+	return tp, false
+}
+
+// withMeshDefault is tp with the mesh default's connectionPool and
+// outlierDetection where tp sets none.
+func withMeshDefault(tp *networkingv1.TrafficPolicy, d *meshv1alpha1.MeshConfig_DefaultTrafficPolicy) *networkingv1.TrafficPolicy {
+	needPool := d.GetConnectionPool() != nil && tp.GetConnectionPool() == nil
+	needOutlier := d.GetOutlierDetection() != nil && tp.GetOutlierDetection() == nil
+	if !needPool && !needOutlier {
+		return tp
 	}
 	out := shallowPolicy(tp)
-	out.PortLevelSettings = nil
-	for _, pl := range tp.GetPortLevelSettings() {
-		if pl.GetPort().GetNumber() != uint32(port) {
-			continue
-		}
-		if pl.ConnectionPool != nil {
-			out.ConnectionPool = pl.ConnectionPool
-		}
-		if pl.OutlierDetection != nil {
-			out.OutlierDetection = pl.OutlierDetection
-		}
-		if pl.LoadBalancer != nil {
-			out.LoadBalancer = pl.LoadBalancer
-		}
-		if pl.Tls != nil {
-			out.Tls = pl.Tls
-		}
-		break
+	if needPool {
+		out.ConnectionPool = d.GetConnectionPool()
+	}
+	if needOutlier {
+		out.OutlierDetection = d.GetOutlierDetection()
 	}
 	return out
 }
 
-// overlay is base with every component top sets replaced.
-func overlay(base, top *networkingv1.TrafficPolicy) *networkingv1.TrafficPolicy {
-	if top == nil {
-		return base
+// mergeSubset is base overridden by a subset's policy top: by each
+// component top sets, or, when top is port-level, by its four components
+// whether set or not.
+func mergeSubset(base, top *networkingv1.TrafficPolicy, portLevel bool) *networkingv1.TrafficPolicy {
+	if base == nil {
+		return top
 	}
 	out := shallowPolicy(base)
-	if top.ConnectionPool != nil {
+	if top.ConnectionPool != nil || portLevel {
 		out.ConnectionPool = top.ConnectionPool
 	}
-	if top.OutlierDetection != nil {
+	if top.OutlierDetection != nil || portLevel {
 		out.OutlierDetection = top.OutlierDetection
 	}
-	if top.LoadBalancer != nil {
+	if top.LoadBalancer != nil || portLevel {
 		out.LoadBalancer = top.LoadBalancer
 	}
-	if top.Tls != nil {
+	if top.Tls != nil || portLevel {
 		out.Tls = top.Tls
+	}
+	if top.Tunnel != nil {
+		out.Tunnel = top.Tunnel
+	}
+	if top.ProxyProtocol != nil {
+		out.ProxyProtocol = top.ProxyProtocol
+	}
+	if top.RetryBudget != nil {
+		out.RetryBudget = top.RetryBudget
 	}
 	return out
 }
 
+// shallowPolicy is a copy of tp without portLevelSettings (an empty
+// policy for nil).
 func shallowPolicy(tp *networkingv1.TrafficPolicy) *networkingv1.TrafficPolicy {
 	if tp == nil {
 		return &networkingv1.TrafficPolicy{}
 	}
 	return &networkingv1.TrafficPolicy{
-		ConnectionPool:    tp.ConnectionPool,
-		OutlierDetection:  tp.OutlierDetection,
-		LoadBalancer:      tp.LoadBalancer,
-		Tls:               tp.Tls,
-		PortLevelSettings: tp.PortLevelSettings,
-		ProxyProtocol:     tp.ProxyProtocol,
-		Tunnel:            tp.Tunnel,
-		RetryBudget:       tp.RetryBudget,
+		ConnectionPool:   tp.ConnectionPool,
+		OutlierDetection: tp.OutlierDetection,
+		LoadBalancer:     tp.LoadBalancer,
+		Tls:              tp.Tls,
+		ProxyProtocol:    tp.ProxyProtocol,
+		Tunnel:           tp.Tunnel,
+		RetryBudget:      tp.RetryBudget,
 	}
 }
 

@@ -334,7 +334,7 @@ metadata: {name: istio-ingressgateway, namespace: istio-system}
 spec:
   clusterIP: 10.96.9.1
   ports:
-  - {name: http, port: 80}
+  - {name: http, port: 80, targetPort: 8080}
 ---
 apiVersion: v1
 kind: Pod
@@ -432,8 +432,9 @@ func recvAny(ctx context.Context, t *testing.T, c *adstest.Client) *discovery.Di
 
 // TestRouterGateway connects a raw ADS client as an ingress gateway router
 // (node id router~...) through the whole pipeline: for an Istio Gateway
-// selecting its workload it gets a bound listener on the server's port
-// whose routes (RDS http.80) send shop.example.com to the subset clusters
+// selecting its workload it gets a bound listener on the target port of
+// its Service's port 80 (8080, as Istio) whose routes (RDS http.8080)
+// send shop.example.com to the subset clusters
 // it also gets over CDS, every resource valid; editing the VirtualService
 // pushes the new weights.
 func TestRouterGateway(t *testing.T) {
@@ -448,7 +449,7 @@ func TestRouterGateway(t *testing.T) {
 	ads := adstest.Dial(ctx, t, p.ADSAddr, "router~10.244.5.1~ingress-0.istio-system~istio-system.svc.cluster.local")
 
 	const v1, v2 = "outbound|8080|v1|web.shop.svc.cluster.local", "outbound|8080|v2|web.shop.svc.cluster.local"
-	names := map[string][]string{resource.RouteType: {"http.80"}}
+	names := map[string][]string{resource.RouteType: {"http.8080"}}
 	st := routerState{}
 	for _, typeURL := range []string{resource.ClusterType, resource.ListenerType, resource.RouteType} {
 		ads.Send(&discovery.DiscoveryRequest{TypeUrl: typeURL, ResourceNames: names[typeURL]})
@@ -456,7 +457,7 @@ func TestRouterGateway(t *testing.T) {
 	weights := func() map[string]uint32 {
 		rcs := adstest.Decode(t, st[resource.RouteType], func() *route.RouteConfiguration { return &route.RouteConfiguration{} })
 		out := map[string]uint32{}
-		for _, vh := range rcs["http.80"].GetVirtualHosts() {
+		for _, vh := range rcs["http.8080"].GetVirtualHosts() {
 			if !slices.Equal(vh.GetDomains(), []string{"shop.example.com"}) {
 				continue
 			}
@@ -483,22 +484,22 @@ func TestRouterGateway(t *testing.T) {
 	st.follow(ctx, t, ads, names, ready(90, 10))
 
 	listeners := adstest.Decode(t, st[resource.ListenerType], func() *listener.Listener { return &listener.Listener{} })
-	l := listeners["0.0.0.0_80"]
+	l := listeners["0.0.0.0_8080"]
 	if l == nil {
-		t.Fatalf("no listener 0.0.0.0_80 among %v", keys(listeners))
+		t.Fatalf("no listener 0.0.0.0_8080 among %v", keys(listeners))
 	}
 	if l.GetBindToPort() != nil && !l.GetBindToPort().GetValue() {
 		t.Error("the gateway listener does not bind its port")
 	}
-	if got := l.GetAddress().GetSocketAddress().GetPortValue(); got != 80 {
-		t.Errorf("listener port %d, want 80", got)
+	if got := l.GetAddress().GetSocketAddress().GetPortValue(); got != 8080 {
+		t.Errorf("listener port %d, want 8080", got)
 	}
 	hcm := &hcmv3.HttpConnectionManager{}
 	if err := l.GetFilterChains()[0].GetFilters()[0].GetTypedConfig().UnmarshalTo(hcm); err != nil {
 		t.Fatal(err)
 	}
-	if got := hcm.GetRds().GetRouteConfigName(); got != "http.80" {
-		t.Errorf("listener routes by %q, want http.80", got)
+	if got := hcm.GetRds().GetRouteConfigName(); got != "http.8080" {
+		t.Errorf("listener routes by %q, want http.8080", got)
 	}
 
 	// The weights follow an edit of the VirtualService.

@@ -22,14 +22,18 @@ import (
 // Router (gateway) listeners and routes, after Istio's gateway builder. A
 // router proxy (node id router~...) serves the servers of every Istio
 // Gateway whose selector its workload labels match (its own labels, else
-// those of the endpoints with its IP). Per server port, one bound listener
-// 0.0.0.0_<port>:
+// those of the endpoints with its IP). A server binds the target port of
+// the Service port with its number, of the first Service (by hostname) in
+// the router's namespace that has the router's IP as an endpoint (Istio's
+// resolvePorts for gateways selected by labels: an ingress gateway Service
+// port 80 with targetPort 8080 binds 8080); a server port no such Service
+// has binds as it is. Per bound port, one bound listener 0.0.0.0_<port>:
 //   - HTTP servers share one filter chain, routed by the route
-//     configuration http.<port>;
+//     configuration http.<bound port>;
 //   - HTTPS servers each get a chain matched on their hosts (SNI) that
 //     terminates TLS with the certificate credentialName names, fetched
 //     over SDS as kubernetes://<credentialName> (the SDS server is not
-//     pilotwire's yet), routed by https.<port>.<portName>.<gateway>.<ns>;
+//     pilotwire's yet), routed by https.<server port>.<portName>.<gateway>.<ns>;
 //   - TLS PASSTHROUGH servers take the VirtualServices' tls routes
 //     (matched on SNI), TCP servers their tcp routes.
 //
@@ -39,6 +43,7 @@ import (
 // [model.Mesh.VirtualServices] order, catch-alls last (Istio merges
 // gateway VirtualServices this way). Without any, a blackhole host
 // answers 404. Servers on a port another protocol took first are dropped.
+// Virtual host names and VirtualService port matches use the server's port.
 
 // serverOn is one server of one gateway.
 type serverOn struct {
@@ -46,21 +51,22 @@ type serverOn struct {
 	srv *networkingv1.Server
 }
 
-// routerPort is what a router serves on one port, servers in gateway
-// order.
+// routerPort is what a router serves on one bound port, servers in
+// gateway order.
 type routerPort struct {
-	port     uint32
+	port     uint32 // bound
 	protocol string // of the first server
 	servers  []serverOn
 }
 
-// routerPorts groups the servers of gws by port.
-func routerPorts(gws []*model.Gateway) []*routerPort {
+// routerPorts groups the servers of gws by the port they bind (targets:
+// [routerTargets]).
+func routerPorts(gws []*model.Gateway, targets []portTarget) []*routerPort {
 	byPort := map[uint32]*routerPort{}
 	var out []*routerPort
 	for _, g := range gws {
 		for _, s := range g.Servers {
-			n, proto := s.GetPort().GetNumber(), model.ServerProtocol(s)
+			n, proto := boundPort(s.GetPort().GetNumber(), targets), model.ServerProtocol(s)
 			rp := byPort[n]
 			if rp == nil {
 				rp = &routerPort{port: n, protocol: proto}
@@ -79,20 +85,72 @@ func routerPorts(gws []*model.Gateway) []*routerPort {
 
 func plaintextHTTP(proto string) bool { return proto == "HTTP" || proto == "HTTP2" || proto == "GRPC" }
 
-// routerKey names what a router's sets depend on: its gateways and
-// namespace.
-func routerKey(full, m *model.Mesh, p Proxy, typeURL string) (proxyKey, []*model.Gateway) {
+// portTarget is one port of a Service the router's pod backs: the
+// Service port and the pod's port it forwards to.
+type portTarget struct{ port, target uint32 }
+
+// boundPort is the port a server with port number n binds: the target of
+// the first Service port numbered n, else n.
+func boundPort(n uint32, targets []portTarget) uint32 {
+	for _, t := range targets {
+		if t.port == n {
+			return t.target
+		}
+	}
+	return n
+}
+
+// routerTargetsKey memoises [routerTargets] per mesh.
+type routerTargetsKey struct{ ns, ip string }
+
+// routerTargets are the ports of the Services in namespace ns that have ip
+// as an endpoint (Istio's service targets of the router's pod), Services
+// by hostname, ports in order.
+func routerTargets(full *model.Mesh, ns, ip string) []portTarget {
+	if ip == "" {
+		return nil
+	}
+	return full.Memo(routerTargetsKey{ns, ip}, func() any {
+		var out []portTarget
+		for _, svc := range full.Services {
+			if svc.Namespace != ns {
+				continue
+			}
+			for _, p := range svc.Ports {
+				// Endpoints are sorted by address first.
+				i, ok := slices.BinarySearchFunc(p.Endpoints, ip, func(e model.Endpoint, ip string) int { return strings.Compare(e.Address, ip) })
+				if ok {
+					out = append(out, portTarget{uint32(p.Port), uint32(p.Endpoints[i].Port)})
+				}
+			}
+		}
+		return out
+	}).([]portTarget)
+}
+
+// routerKey names what a router's sets depend on: its gateways, namespace
+// and the ports its servers bind.
+func routerKey(full, m *model.Mesh, p Proxy, typeURL string) (proxyKey, []*model.Gateway, []portTarget) {
 	gws := m.GatewaysFor(p.workloadLabels(full))
+	var targets []portTarget
+	if len(gws) > 0 {
+		targets = routerTargets(full, p.Namespace, p.IP)
+	}
 	var b strings.Builder
 	for _, g := range gws {
 		b.WriteString(g.Ref() + ",")
+		for _, s := range g.Servers {
+			if n, bound := s.GetPort().GetNumber(), boundPort(s.GetPort().GetNumber(), targets); bound != n {
+				b.WriteString(portString(int32(n)) + ">" + portString(int32(bound)) + ",")
+			}
+		}
 	}
-	return proxyKey{gen: Envoy, typeURL: "router-" + typeURL, ns: p.Namespace, inbound: b.String(), rules: m.DestinationRuleView(p.Namespace)}, gws
+	return proxyKey{gen: Envoy, typeURL: "router-" + typeURL, ns: p.Namespace, inbound: b.String(), rules: m.DestinationRuleView(p.Namespace)}, gws, targets
 }
 
-func routerListenerSet(m *model.Mesh, ns string, gws []*model.Gateway) (*Set, error) {
+func routerListenerSet(m *model.Mesh, ns string, gws []*model.Gateway, targets []portTarget) (*Set, error) {
 	var all []*Resource
-	for _, rp := range routerPorts(gws) {
+	for _, rp := range routerPorts(gws, targets) {
 		l := routerListener(m, ns, rp)
 		if len(l.FilterChains) == 0 {
 			continue
@@ -267,9 +325,9 @@ func intersectHost(a, b string) string {
 
 // routerRouteSet is the route configurations of the router's HTTP and
 // HTTPS servers.
-func routerRouteSet(m *model.Mesh, ns string, gws []*model.Gateway) (*Set, error) {
+func routerRouteSet(m *model.Mesh, ns string, gws []*model.Gateway, targets []portTarget) (*Set, error) {
 	var all []*Resource
-	for _, rp := range routerPorts(gws) {
+	for _, rp := range routerPorts(gws, targets) {
 		switch {
 		case plaintextHTTP(rp.protocol):
 			r, err := routerRoute(m, ns, "http."+portString(int32(rp.port)), rp.servers)
@@ -359,8 +417,9 @@ func routerL4Chains(m *model.Mesh, ns string, rp *routerPort) []*listenerv3.Filt
 	var out []*listenerv3.FilterChain
 	var tcp *listenerv3.FilterChain
 	seen := map[string]bool{}
-	port := int32(rp.port)
+	listener := "0.0.0.0_" + portString(int32(rp.port))
 	for _, s := range rp.servers {
+		port := int32(s.srv.GetPort().GetNumber())
 		c := routeCtx{port: port, gateways: []string{s.gw.Ref()}, ns: ns}
 		for _, b := range boundVirtualServices(m, ns, s) {
 			for _, t := range b.vs.Spec.GetTls() {
@@ -374,7 +433,7 @@ func routerL4Chains(m *model.Mesh, ns string, rp *routerPort) []*listenerv3.Filt
 					}
 					out = append(out, &listenerv3.FilterChain{
 						FilterChainMatch: &listenerv3.FilterChainMatch{ServerNames: sni},
-						Filters:          []*listenerv3.Filter{l4Proxy(m, "outbound_tls_0.0.0.0_"+portString(port), t.GetRoute(), port)},
+						Filters:          []*listenerv3.Filter{l4Proxy(m, "outbound_tls_"+listener, t.GetRoute(), port)},
 					})
 				}
 			}
@@ -387,7 +446,7 @@ func routerL4Chains(m *model.Mesh, ns string, rp *routerPort) []*listenerv3.Filt
 					applies = applies || c.appliesL4(mt.GetPort(), mt.GetGateways(), mt.GetSourceLabels(), mt.GetSourceNamespace())
 				}
 				if applies {
-					tcp = &listenerv3.FilterChain{Filters: []*listenerv3.Filter{l4Proxy(m, "outbound_tcp_0.0.0.0_"+portString(port), t.GetRoute(), port)}}
+					tcp = &listenerv3.FilterChain{Filters: []*listenerv3.Filter{l4Proxy(m, "outbound_tcp_"+listener, t.GetRoute(), port)}}
 				}
 			}
 		}

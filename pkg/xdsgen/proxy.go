@@ -144,11 +144,11 @@ func generateFor(full *model.Mesh, p Proxy, typeURL string) (*Set, error) {
 		key := proxyKey{gen: Envoy, typeURL: "router-clusters", rules: m.DestinationRuleView(p.Namespace)}
 		return memoSet(m, key, false, func() (*Set, error) { return routerClusterSet(m, p.Namespace) })
 	case p.Type == Router && typeURL == resource.ListenerType:
-		key, gws := routerKey(full, m, p, typeURL)
-		return memoSet(m, key, false, func() (*Set, error) { return routerListenerSet(m, p.Namespace, gws) })
+		key, gws, targets := routerKey(full, m, p, typeURL)
+		return memoSet(m, key, false, func() (*Set, error) { return routerListenerSet(m, p.Namespace, gws, targets) })
 	case p.Type == Router && typeURL == resource.RouteType:
-		key, gws := routerKey(full, m, p, typeURL)
-		return memoSet(m, key, false, func() (*Set, error) { return routerRouteSet(m, p.Namespace, gws) })
+		key, gws, targets := routerKey(full, m, p, typeURL)
+		return memoSet(m, key, false, func() (*Set, error) { return routerRouteSet(m, p.Namespace, gws, targets) })
 	case typeURL == resource.ClusterType:
 		in := inboundFor(m, p.IP)
 		key := proxyKey{gen: Envoy, typeURL: typeURL, inbound: in.envoyKey(), rules: m.DestinationRuleView(p.Namespace)}

@@ -14,7 +14,8 @@ import (
 
 // routingProxies are the clients every routing case is generated for: a
 // sidecar in namespace default with labels app=client, a proxyless gRPC
-// client there, and a router (istio=ingressgateway) in istio-system.
+// client there, and a router (istio=ingressgateway, pod IP 10.244.5.1) in
+// istio-system.
 var routingProxies = []struct {
 	key   string
 	proxy Proxy
@@ -22,7 +23,7 @@ var routingProxies = []struct {
 }{
 	{"sidecar", Proxy{Generator: Envoy, Namespace: "default", Labels: map[string]string{"app": "client"}}, []string{resource.RouteType, resource.ListenerType}},
 	{"grpc", Proxy{Generator: GRPC, Namespace: "default"}, []string{resource.RouteType, resource.ListenerType}},
-	{"router", Proxy{Generator: Envoy, Type: Router, Namespace: "istio-system", Labels: map[string]string{"istio": "ingressgateway"}},
+	{"router", Proxy{Generator: Envoy, Type: Router, Namespace: "istio-system", IP: "10.244.5.1", Labels: map[string]string{"istio": "ingressgateway"}},
 		[]string{resource.ClusterType, resource.ListenerType, resource.RouteType}},
 }
 

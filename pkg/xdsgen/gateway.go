@@ -105,23 +105,35 @@ type routerTargetsKey struct{ ns, ip string }
 
 // routerTargets are the ports of the Services in namespace ns that have ip
 // as an endpoint (Istio's service targets of the router's pod), Services
-// by hostname, ports in order.
+// by hostname, ports in order. As Istio, a Service keeps one port per
+// target port and protocol: the first.
 func routerTargets(full *model.Mesh, ns, ip string) []portTarget {
 	if ip == "" {
 		return nil
 	}
 	return full.Memo(routerTargetsKey{ns, ip}, func() any {
 		var out []portTarget
+		type targetProto struct {
+			target int32
+			proto  protocol
+		}
 		for _, svc := range full.Services {
 			if svc.Namespace != ns {
 				continue
 			}
+			var seen []targetProto
 			for _, p := range svc.Ports {
 				// Endpoints are sorted by address first.
 				i, ok := slices.BinarySearchFunc(p.Endpoints, ip, func(e model.Endpoint, ip string) int { return strings.Compare(e.Address, ip) })
-				if ok {
-					out = append(out, portTarget{uint32(p.Port), uint32(p.Endpoints[i].Port)})
+				if !ok {
+					continue
 				}
+				tp := targetProto{p.Endpoints[i].Port, classify(p)}
+				if slices.Contains(seen, tp) {
+					continue
+				}
+				seen = append(seen, tp)
+				out = append(out, portTarget{uint32(p.Port), uint32(tp.target)})
 			}
 		}
 		return out

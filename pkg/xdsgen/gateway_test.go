@@ -31,6 +31,7 @@ spec:
   ports:
   - {name: http, port: 80, targetPort: 8080}
   - {name: https, port: 443, targetPort: 8443}
+  - {name: http-alt, port: 81, targetPort: 8080}
 ---
 apiVersion: v1
 kind: Pod
@@ -44,6 +45,7 @@ addressType: IPv4
 ports:
 - {name: http, port: 8080}
 - {name: https, port: 8443}
+- {name: http-alt, port: 8080}
 endpoints:
 - addresses: ["10.244.5.1"]
   targetRef: {kind: Pod, namespace: istio-system, name: ingress-0}
@@ -123,6 +125,14 @@ spec:
 			// The virtual host is named by the first server's port; the
 			// route matching port 80 comes from that server only.
 			wantRoutes: map[string]map[string]int{"http.8080": {"shop.example.com:80": 1}}},
+		{name: "a second Service port to the same target port is not translated",
+			// Istio keeps one service target per target port and protocol:
+			// that of the first port (80).
+			servers: `  - port: {number: 81, name: http, protocol: HTTP}
+    hosts: ["shop/shop.example.com"]`,
+			ip:            "10.244.5.1",
+			wantListeners: map[string]listener{"0.0.0.0_81": {81, []string{"http.81"}}},
+			wantRoutes:    map[string]map[string]int{"http.81": {"blackhole:81": 0}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "gw.yaml")

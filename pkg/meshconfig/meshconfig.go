@@ -50,6 +50,9 @@ const (
 	// clusters again after a lookup failed (a successful one follows the
 	// records' TTL).
 	DefaultDNSRefreshRate = 60 * time.Second
+	// DefaultTrustDomain is the trust domain of workload identities
+	// (spiffe://<trust domain>/ns/<namespace>/sa/<service account>).
+	DefaultTrustDomain = "cluster.local"
 )
 
 // MeshConfig is Istio's MeshConfig. The zero value and nil are the default
@@ -72,6 +75,8 @@ func defaults() *meshv1alpha1.MeshConfig {
 		// load assignments only with outlier detection (failover) or a
 		// distribute setting.
 		LocalityLbSetting: &networkingv1alpha3.LocalityLoadBalancerSetting{Enabled: wrapperspb.Bool(true)},
+		EnableAutoMtls:    wrapperspb.Bool(true),
+		TrustDomain:       DefaultTrustDomain,
 	}
 }
 
@@ -161,6 +166,24 @@ func (c *MeshConfig) DNSRefreshRate() time.Duration {
 	return DefaultDNSRefreshRate
 }
 
+// AutoMTLS reports whether clients send Istio mTLS to destinations that
+// set no TLS of their own (enableAutoMtls): to the endpoints that have a
+// sidecar (tlsMode istio), unless PeerAuthentication disables mTLS in the
+// destination's namespace. True by default, and when unset.
+func (c *MeshConfig) AutoMTLS() bool {
+	v := c.Proto().GetEnableAutoMtls()
+	return v == nil || v.GetValue()
+}
+
+// TrustDomain is the trust domain of the mesh's workload identities,
+// cluster.local by default.
+func (c *MeshConfig) TrustDomain() string {
+	if td := c.Proto().GetTrustDomain(); td != "" {
+		return td
+	}
+	return DefaultTrustDomain
+}
+
 var public = []string{"*"}
 
 func orPublic(v []string) []string {
@@ -202,6 +225,9 @@ func Parse(data []byte) (*MeshConfig, error) {
 			// Replaced whole: a merge would keep the default's
 			// enabled: true under a file's enabled: false.
 			p.LocalityLbSetting = nil
+		}
+		if override.EnableAutoMtls != nil {
+			p.EnableAutoMtls = nil // as above: false is the wrapper's zero
 		}
 		proto.Merge(p, override)
 		// Merging skips zero values, and REGISTRY_ONLY is the enum's zero;

@@ -155,3 +155,37 @@ func parse(yaml string) func(t *testing.T) *meshconfig.MeshConfig {
 		return c
 	}
 }
+
+// TestAutoMTLSAndTrustDomain: enableAutoMtls is on and the trust domain is
+// cluster.local unless the file says otherwise, as in Istio; a config made
+// by New without them reads the same defaults.
+func TestAutoMTLSAndTrustDomain(t *testing.T) {
+	tests := []struct {
+		name     string
+		yaml     string
+		wantAuto bool
+		wantTD   string
+	}{
+		{name: "defaults", yaml: "", wantAuto: true, wantTD: "cluster.local"},
+		{name: "auto mTLS off", yaml: "enableAutoMtls: false\n", wantAuto: false, wantTD: "cluster.local"},
+		{name: "trust domain", yaml: "trustDomain: example.org\n", wantAuto: true, wantTD: "example.org"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := meshconfig.Parse([]byte(tc.yaml))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := c.AutoMTLS(); got != tc.wantAuto {
+				t.Errorf("AutoMTLS() = %v, want %v", got, tc.wantAuto)
+			}
+			if got := c.TrustDomain(); got != tc.wantTD {
+				t.Errorf("TrustDomain() = %q, want %q", got, tc.wantTD)
+			}
+		})
+	}
+	var unset *meshconfig.MeshConfig
+	if !unset.AutoMTLS() || unset.TrustDomain() != "cluster.local" {
+		t.Errorf("nil config: AutoMTLS %v, TrustDomain %q", unset.AutoMTLS(), unset.TrustDomain())
+	}
+}

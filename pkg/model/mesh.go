@@ -41,6 +41,8 @@ type meshContent struct {
 	routes *routeIndex
 	// sidecars indexes the Sidecars; nil when there are none.
 	sidecars *sidecarIndex
+	// peers indexes the PeerAuthentications; never nil.
+	peers *peerIndex
 	// selected: on a mesh scoped for a proxy ([Mesh.ScopeForProxy]), the
 	// DestinationRules with a workloadSelector that select it; nil else.
 	selected map[*DestinationRule]bool
@@ -95,6 +97,18 @@ type Service struct {
 	// (its own), "~" (none) or namespace names; the mesh default when the
 	// object sets none. Read-only.
 	ExportTo []string
+	// ServiceAccounts are the identities of the service's workloads,
+	// sorted: spiffe://<trust domain>/ns/<namespace>/sa/<name> of each
+	// endpoint's ServiceAccount, and a ServiceEntry's subjectAltNames.
+	// Clients sending Istio mTLS accept these in the server's certificate.
+	// Part of the service's config. Read-only.
+	ServiceAccounts []string
+
+	// mtls is what clients assume of its workloads ([Service.MTLSMode]).
+	mtls MTLSMode
+	// sidecarPorts are the ports with endpoints that all have Istio's
+	// sidecar ([Service.AllSidecars]), sorted.
+	sidecarPorts []int32
 
 	// rules are the DestinationRules whose host matches this service, in any
 	// namespace, most relevant first (see [Mesh.DestinationRule]). Part of
@@ -132,8 +146,8 @@ type Endpoint struct {
 	// Service port by name and protocol.
 	Port int32
 	// Weight is the endpoint's load-balancing weight; 0 means 1. (Beside
-	// Port, so that the two share a word: an Endpoint is 128 bytes, not
-	// 136.)
+	// Port, so that the two share a word: an Endpoint is 144 bytes, not
+	// 152.)
 	Weight uint32
 	// Region, Zone and SubZone are the workload's locality ([Locality]):
 	// for a Kubernetes endpoint, its Pod's locality label
@@ -152,6 +166,10 @@ type Endpoint struct {
 	Labels map[string]string
 	// Network is the endpoint's network, "" for the default one.
 	Network string
+	// ServiceAccount is the workload's Kubernetes service account (a
+	// Pod's spec.serviceAccountName, a WorkloadEntry's serviceAccount), in
+	// the service's namespace; "" when unknown. Shared with the workload.
+	ServiceAccount string
 }
 
 // Registry is where a service is defined.
@@ -199,7 +217,7 @@ func (r Resolution) String() string {
 func endpointEqual(a, b Endpoint) bool {
 	return a.Address == b.Address && a.Port == b.Port && a.Zone == b.Zone && a.NodeName == b.NodeName &&
 		a.ClusterID == b.ClusterID && a.Region == b.Region && a.SubZone == b.SubZone &&
-		a.Weight == b.Weight && a.Network == b.Network && maps.Equal(a.Labels, b.Labels)
+		a.Weight == b.Weight && a.Network == b.Network && a.ServiceAccount == b.ServiceAccount && maps.Equal(a.Labels, b.Labels)
 }
 
 // SelectedBy reports whether every label of selector is one of the
@@ -231,11 +249,12 @@ func NewMesh(seq uint64, services []*Service) (*Mesh, error) {
 		byHost[s.Hostname] = s
 	}
 	for _, s := range svcs {
-		if s.config == nil {
+		if s.config == nil { // not published in another mesh
 			s.config = new(memo)
+			s.deriveIdentity(meshconfig.DefaultTrustDomain)
 		}
 	}
-	return &Mesh{Seq: seq, Services: svcs, content: &meshContent{byHost: byHost, config: new(memo), rules: emptyRules(), routes: emptyRoutes(), settings: noSettings}}, nil
+	return &Mesh{Seq: seq, Services: svcs, content: &meshContent{byHost: byHost, config: new(memo), rules: emptyRules(), routes: emptyRoutes(), settings: noSettings, peers: emptyPeers}}, nil
 }
 
 // withSeq returns a mesh with the same content at a later sequence.
@@ -342,7 +361,8 @@ func (s *Service) sameConfig(o *Service) bool {
 		s.ClusterIP != o.ClusterIP || s.Headless != o.Headless || s.ExternalName != o.ExternalName ||
 		!slices.Equal(s.Clusters, o.Clusters) || s.Registry != o.Registry || s.Resolution != o.Resolution ||
 		s.MeshExternal != o.MeshExternal || !slices.Equal(s.Addresses, o.Addresses) ||
-		!slices.Equal(s.ExportTo, o.ExportTo) || !slices.Equal(s.rules, o.rules) {
+		!slices.Equal(s.ExportTo, o.ExportTo) || !slices.Equal(s.rules, o.rules) ||
+		!slices.Equal(s.ServiceAccounts, o.ServiceAccounts) || s.mtls != o.mtls || !slices.Equal(s.sidecarPorts, o.sidecarPorts) {
 		return false
 	}
 	return slices.EqualFunc(s.Ports, o.Ports, func(a, b *Port) bool {
@@ -380,6 +400,11 @@ func (m *Mesh) DefaultInboundHTTPRetryPolicy() *networkingv1.HTTPRetry {
 	return m.content.settings.inboundRetry
 }
 
+// AutoMTLS reports whether clients send Istio mTLS to destinations with
+// a sidecar that no DestinationRule sets TLS for (the mesh config's
+// enableAutoMtls, on by default and for meshes made by [NewMesh]).
+func (m *Mesh) AutoMTLS() bool { return !m.content.settings.noAutoMTLS }
+
 // meshSettings are what generation reads of the mesh config. A scoped
 // mesh shares its full mesh's: one value, so that no setting can be
 // left behind when a scope is made.
@@ -394,6 +419,9 @@ type meshSettings struct {
 	// dnsRefresh is the mesh config's dnsRefreshRate; 0 for meshes made
 	// by [NewMesh] (the default applies).
 	dnsRefresh time.Duration
+	// noAutoMTLS: the mesh config's enableAutoMtls is false (the zero
+	// value is Istio's default, on).
+	noAutoMTLS bool
 }
 
 // noSettings are those of meshes made by [NewMesh]: none set.
@@ -410,6 +438,7 @@ func settingsOf(c *meshconfig.MeshConfig) (*meshSettings, []Problem) {
 		defaultPolicy: c.DefaultTrafficPolicy(), localityLB: c.LocalityLbSetting(),
 		retry: c.DefaultHTTPRetryPolicy(), inboundRetry: c.DefaultInboundHTTPRetryPolicy(),
 		dnsRefresh: c.DNSRefreshRate(),
+		noAutoMTLS: !c.AutoMTLS(),
 	}
 	var problems []Problem
 	report := func(why, what string) {

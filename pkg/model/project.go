@@ -120,22 +120,24 @@ func portEndpoints(p *Port, ns string, keyed []keyedSlice, pods map[podKey]*pod,
 				continue
 			}
 			var labels map[string]string
+			var sa string
 			var pd *pod
 			if ep.podName != "" {
 				if pd = pods[podKey{Cluster: k.id.Cluster, Namespace: cmp.Or(ep.podNamespace, ns), Name: ep.podName}]; pd != nil {
-					labels = pd.labels
+					labels, sa = pd.labels, pd.sa
 				}
 			}
 			loc := workloadLocality(pd, k.id.Cluster, ep.nodeName, ep.zone, nodes)
 			eps = append(eps, Endpoint{
-				Address:   addr,
-				Port:      k.port,
-				Region:    loc.Region,
-				Zone:      loc.Zone,
-				SubZone:   loc.SubZone,
-				NodeName:  ep.nodeName,
-				ClusterID: k.id.Cluster,
-				Labels:    labels,
+				Address:        addr,
+				Port:           k.port,
+				Region:         loc.Region,
+				Zone:           loc.Zone,
+				SubZone:        loc.SubZone,
+				NodeName:       ep.nodeName,
+				ClusterID:      k.id.Cluster,
+				Labels:         labels,
+				ServiceAccount: sa,
 			})
 		}
 	}

@@ -115,6 +115,8 @@ func buildServiceEntries(src entrySources) (map[string]*Service, []Problem) {
 				MeshExternal: spec.GetLocation() == networkingv1.ServiceEntry_MESH_EXTERNAL,
 				Addresses:    spec.GetAddresses(),
 				ExportTo:     exportTo,
+				// Endpoints' identities are added when it is built.
+				ServiceAccounts: slices.Clone(spec.GetSubjectAltNames()),
 			}
 			for _, tmpl := range ports {
 				p := *tmpl
@@ -207,15 +209,16 @@ func entryEndpoints(se *storedEntry, src entrySources, host string, res Resoluti
 			loc, _ = labelLocality(we.GetLabels())
 		}
 		eps = append(eps, Endpoint{
-			Address:   addr,
-			Port:      portFor(we.GetPorts()),
-			Zone:      loc.Zone,
-			Region:    loc.Region,
-			SubZone:   loc.SubZone,
-			ClusterID: cluster,
-			Labels:    we.GetLabels(),
-			Weight:    we.GetWeight(),
-			Network:   we.GetNetwork(),
+			Address:        addr,
+			Port:           portFor(we.GetPorts()),
+			Zone:           loc.Zone,
+			Region:         loc.Region,
+			SubZone:        loc.SubZone,
+			ClusterID:      cluster,
+			Labels:         we.GetLabels(),
+			Weight:         we.GetWeight(),
+			Network:        we.GetNetwork(),
+			ServiceAccount: we.GetServiceAccount(),
 		})
 	}
 	sel := spec.GetWorkloadSelector().GetLabels()
@@ -235,7 +238,7 @@ func entryEndpoints(se *storedEntry, src entrySources, host string, res Resoluti
 			if pk.Namespace == se.key.Namespace && pd.ip != "" && selects(sel, pd.labels) {
 				loc := workloadLocality(pd, pk.Cluster, "", "", src.nodes)
 				eps = append(eps, Endpoint{Address: pd.ip, Port: portFor(nil), ClusterID: pk.Cluster, Labels: pd.labels,
-					Region: loc.Region, Zone: loc.Zone, SubZone: loc.SubZone, NodeName: pd.nodeName})
+					Region: loc.Region, Zone: loc.Zone, SubZone: loc.SubZone, NodeName: pd.nodeName, ServiceAccount: pd.sa})
 			}
 		}
 	case res == DNSLB || res == DNSRoundRobinLB:

@@ -94,6 +94,12 @@ func (s *Store) rebuild() *Mesh {
 		s.rulesDirty = false
 		s.problemsDirty = true
 	}
+	peersChanged := s.peersDirty
+	if s.peersDirty {
+		s.peerIdx = buildPeerIndex(slices.Collect(maps.Values(s.peers)), s.meshCfg.RootNamespace())
+		s.peersDirty = false
+		s.problemsDirty = true
+	}
 	sidecarsChanged := s.sidecarsDirty
 	if s.sidecarsDirty {
 		s.sidecarIdx = nil
@@ -139,11 +145,12 @@ func (s *Store) rebuild() *Mesh {
 	if s.entriesDirty {
 		s.rebuildEntries(r)
 	}
-	if rulesChanged {
+	if rulesChanged || peersChanged {
 		for host, svc := range r.current() {
 			rules := s.ruleIdx.forService(svc.Hostname, svc.Namespace)
-			if !slices.Equal(rules, svc.rules) {
-				r.put(host, svc, svc.withRules(rules))
+			mtls := s.peerIdx.namespaceMode(svc.Namespace)
+			if !slices.Equal(rules, svc.rules) || mtls != svc.mtls {
+				r.put(host, svc, svc.withConfig(rules, mtls))
 			}
 		}
 	}
@@ -152,7 +159,7 @@ func (s *Store) rebuild() *Mesh {
 		problems = s.problems(r.current())
 		s.problemsDirty = false
 	}
-	if r.byHost == nil && slices.Equal(problems, r.prev.content.problems) && !rulesChanged && !sidecarsChanged && !routingChanged {
+	if r.byHost == nil && slices.Equal(problems, r.prev.content.problems) && !rulesChanged && !sidecarsChanged && !routingChanged && !peersChanged {
 		return r.prev.withSeq(s.applied)
 	}
 	byHost := r.current()
@@ -168,12 +175,12 @@ func (s *Store) rebuild() *Mesh {
 		}
 	}
 	config := r.prev.content.config
-	if r.reorder || r.configChanged || rulesChanged || sidecarsChanged || routingChanged {
+	if r.reorder || r.configChanged || rulesChanged || sidecarsChanged || routingChanged || peersChanged {
 		config = new(memo)
 	}
 	return &Mesh{Seq: s.applied, Services: services, content: &meshContent{
 		byHost: byHost, config: config, rules: s.ruleIdx, routes: s.routeIdx, problems: problems,
-		settings: s.settings, sidecars: s.sidecarIdx,
+		settings: s.settings, sidecars: s.sidecarIdx, peers: s.peerIdx,
 	}}
 }
 
@@ -196,7 +203,7 @@ func (s *Store) eachDirtyBuilt(defaultExportTo []string, fn func(serviceKey, *Se
 	build := func(sk serviceKey) *Service {
 		next := buildService(sk, s.services[sk], s.slices[sk], s.pods, s.nodes, defaultExportTo)
 		if next != nil {
-			next.rules = s.ruleIdx.forService(next.Hostname, next.Namespace)
+			s.configure(next)
 		}
 		return next
 	}
@@ -250,7 +257,7 @@ func (s *Store) rebuildEntries(r *rebuildState) {
 		}
 	}
 	for host, next := range built {
-		next.rules = s.ruleIdx.forService(next.Hostname, next.Namespace)
+		s.configure(next)
 		old := r.current()[host]
 		r.put(host, old, next)
 	}
@@ -267,6 +274,7 @@ func (s *Store) problems(byHost map[string]*Service) []Problem {
 	if s.sidecarIdx != nil {
 		out = append(out, s.sidecarIdx.problems...)
 	}
+	out = append(out, s.peerIdx.problems...)
 	for k, why := range s.undecodable {
 		out = append(out, Problem{Object: objectName(k), Reason: why})
 	}
@@ -298,13 +306,25 @@ func (s *Store) problems(byHost map[string]*Service) []Problem {
 	return sortProblems(out)
 }
 
-// withRules returns a new version of s with other rules (and fresh memos).
-func (s *Service) withRules(rules []*DestinationRule) *Service {
+// configure sets the config of a service being built that the store
+// derives from other objects: its DestinationRules, its namespace's mTLS
+// mode, and its identities. buildService and the rule and peer indexes
+// are only read.
+func (s *Store) configure(svc *Service) {
+	svc.rules = s.ruleIdx.forService(svc.Hostname, svc.Namespace)
+	svc.mtls = s.peerIdx.namespaceMode(svc.Namespace)
+	svc.deriveIdentity(s.meshCfg.TrustDomain())
+}
+
+// withConfig returns a new version of s with other rules and mTLS mode
+// (and fresh memos).
+func (s *Service) withConfig(rules []*DestinationRule, mtls MTLSMode) *Service {
 	return &Service{
 		Name: s.Name, Namespace: s.Namespace, Hostname: s.Hostname, ClusterIP: s.ClusterIP,
 		Headless: s.Headless, ExternalName: s.ExternalName, Clusters: s.Clusters, Ports: s.Ports,
 		Registry: s.Registry, Resolution: s.Resolution, MeshExternal: s.MeshExternal,
-		Addresses: s.Addresses, ExportTo: s.ExportTo, rules: rules,
+		Addresses: s.Addresses, ExportTo: s.ExportTo, ServiceAccounts: s.ServiceAccounts,
+		sidecarPorts: s.sidecarPorts, rules: rules, mtls: mtls,
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	networkingv1 "istio.io/api/networking/v1"
+	securityv1 "istio.io/api/security/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/pilotwire/pilotwire/pkg/meshconfig"
@@ -57,6 +58,7 @@ type Store struct {
 	entries   map[ObjectKey]*storedEntry
 	workloads map[ObjectKey]*storedWorkload
 	sidecars  map[ObjectKey]*storedSidecar
+	peers     map[ObjectKey]*storedPeerAuthn
 	// Routing config (virtualservice.go); routingDirty when any changed.
 	virtualServices map[ObjectKey]*VirtualServiceInput
 	gateways        map[ObjectKey]*GatewayInput
@@ -83,9 +85,11 @@ type Store struct {
 	rulesDirty    bool // a DestinationRule changed
 	entriesDirty  bool // a ServiceEntry, WorkloadEntry or selected Pod changed
 	sidecarsDirty bool // a Sidecar changed
+	peersDirty    bool // a PeerAuthentication changed
 	problemsDirty bool
 	ruleIdx       *ruleIndex
 	sidecarIdx    *sidecarIndex // nil without Sidecars
+	peerIdx       *peerIndex    // never nil
 	mesh          *Mesh
 }
 
@@ -104,6 +108,7 @@ type entry struct {
 	se                   *storedEntry
 	we                   *storedWorkload
 	sidecar              *storedSidecar
+	peer                 *storedPeerAuthn
 	vs                   *VirtualServiceInput
 	gw                   *GatewayInput
 	gwapi                *storedGatewayAPI
@@ -142,6 +147,8 @@ func NewStore(opts ...Option) *Store {
 		entries:         make(map[ObjectKey]*storedEntry),
 		workloads:       make(map[ObjectKey]*storedWorkload),
 		sidecars:        make(map[ObjectKey]*storedSidecar),
+		peers:           make(map[ObjectKey]*storedPeerAuthn),
+		peerIdx:         emptyPeers,
 		virtualServices: make(map[ObjectKey]*VirtualServiceInput),
 		gateways:        make(map[ObjectKey]*GatewayInput),
 		gatewayAPI:      make(map[ObjectKey]*storedGatewayAPI),
@@ -298,7 +305,7 @@ func (s *Store) apply(d *Decoded, seq uint64) error {
 	case pb.Op_OP_ADD, pb.Op_OP_UPDATE:
 		e, err := d.e, d.err
 		if err != nil {
-			if key.Group == GroupNetworking || isUnsupported(key) {
+			if key.Group == GroupNetworking || isUnsupported(key) || key.isPeerAuthentication() {
 				s.undecodable[key] = fmt.Sprintf("record seq %d cannot be decoded (%v): the previous version, if any, stays", seq, err)
 				s.problemsDirty = true
 			}
@@ -400,6 +407,13 @@ func decode(key ObjectKey, raw []byte) (*entry, error) {
 			return nil, fmt.Errorf("decode Sidecar: %w", err)
 		}
 		return &entry{sidecar: &storedSidecar{key: key, created: created, spec: spec}}, nil
+	case key.isPeerAuthentication():
+		spec := &securityv1.PeerAuthentication{}
+		created, err := decodeIstio(raw, spec)
+		if err != nil {
+			return nil, fmt.Errorf("decode PeerAuthentication: %w", err)
+		}
+		return &entry{peer: &storedPeerAuthn{key: key, created: created, spec: spec}}, nil
 	default:
 		if !json.Valid(raw) {
 			return nil, errors.New("invalid JSON")
@@ -455,6 +469,9 @@ func (s *Store) insert(key ObjectKey, e *entry) {
 	case e.sidecar != nil:
 		s.sidecars[key] = e.sidecar
 		s.sidecarsDirty = true
+	case e.peer != nil:
+		s.peers[key] = e.peer
+		s.peersDirty = true
 	case e.vs != nil:
 		s.virtualServices[key] = e.vs
 		s.routingDirty = true
@@ -569,6 +586,9 @@ func (s *Store) removeEntry(key ObjectKey, e *entry) {
 	case e.sidecar != nil:
 		delete(s.sidecars, key)
 		s.sidecarsDirty = true
+	case e.peer != nil:
+		delete(s.peers, key)
+		s.peersDirty = true
 	case e.vs != nil:
 		delete(s.virtualServices, key)
 		s.routingDirty = true

@@ -6,8 +6,8 @@
 // naming it, so that frontends log, count and list it like any config
 // they leave out. Its severity says whether leaving it out fails open:
 // an error when the config would refuse traffic that now flows (an
-// AuthorizationPolicy that denies, a STRICT PeerAuthentication, a JWT
-// check, a Sidecar locking egress down), a warning otherwise.
+// AuthorizationPolicy that denies, a JWT check, a Sidecar locking egress
+// down), a warning otherwise.
 package model
 
 import (
@@ -26,7 +26,6 @@ import (
 
 // Groups of the kinds the model does not translate.
 const (
-	groupSecurity   = "security.istio.io"
 	groupTelemetry  = "telemetry.istio.io"
 	groupExtensions = "extensions.istio.io"
 )
@@ -37,9 +36,8 @@ type GroupKind struct{ Group, Kind string }
 // unsupportedKinds are the kinds ingest records that the model does not
 // translate at all, each with what it makes of one object.
 var unsupportedKinds = map[GroupKind]func(raw []byte) (Severity, string){
-	{groupSecurity, "AuthorizationPolicy"}:   authorizationPolicyProblem,
-	{groupSecurity, "PeerAuthentication"}:    peerAuthenticationProblem,
-	{groupSecurity, "RequestAuthentication"}: requestAuthenticationProblem,
+	{GroupSecurity, "AuthorizationPolicy"}:   authorizationPolicyProblem,
+	{GroupSecurity, "RequestAuthentication"}: requestAuthenticationProblem,
 	{GroupNetworking, "EnvoyFilter"}:         fixed("EnvoyFilter is not applied: pilotwire does not patch the config it generates"),
 	{GroupNetworking, "WorkloadGroup"}: fixed("WorkloadGroup is not applied: pilotwire does not register workloads from it or probe their health; " +
 		"WorkloadEntries are read as they are"),
@@ -176,33 +174,6 @@ func authorizationPolicyProblem(raw []byte) (Severity, string) {
 	default:
 		return SeverityError, authzNotEnforced + fmt.Sprintf("action %q is unknown: whatever it would refuse is allowed", action)
 	}
-}
-
-const peerNotEnforced = "PeerAuthentication is not enforced (pilotwire does not configure mTLS yet): traffic is plaintext"
-
-// peerAuthenticationProblem: STRICT refuses plaintext, so not enforcing
-// it lets plaintext clients in.
-func peerAuthenticationProblem(raw []byte) (Severity, string) {
-	type mtls struct {
-		Mode string `json:"mode"`
-	}
-	var obj struct {
-		Spec struct {
-			MTLS          mtls            `json:"mtls"`
-			PortLevelMTLS map[string]mtls `json:"portLevelMtls"`
-		} `json:"spec"`
-	}
-	if err := json.Unmarshal(raw, &obj); err != nil {
-		return SeverityError, peerNotEnforced + fmt.Sprintf(", and its spec cannot be read (%v): if it is STRICT, plaintext clients are accepted", err)
-	}
-	strict := obj.Spec.MTLS.Mode == "STRICT"
-	for _, p := range obj.Spec.PortLevelMTLS {
-		strict = strict || p.Mode == "STRICT"
-	}
-	if strict {
-		return SeverityError, peerNotEnforced + ", and mTLS mode STRICT is not enforced: plaintext clients are accepted"
-	}
-	return SeverityWarning, peerNotEnforced
 }
 
 // requestAuthenticationProblem: with JWT rules, a request bearing an

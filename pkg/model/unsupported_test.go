@@ -22,7 +22,7 @@ func configObj(group, kind, ns, name string, annotations map[string]any, spec ma
 }
 
 func authz(name string, annotations map[string]any, spec map[string]any) *unstructuredObj {
-	return configObj(groupSecurity, "AuthorizationPolicy", "shop", name, annotations, spec)
+	return configObj(GroupSecurity, "AuthorizationPolicy", "shop", name, annotations, spec)
 }
 
 // TestUnsupportedKinds: every watched kind pilotwire does not translate
@@ -50,11 +50,8 @@ func TestUnsupportedKinds(t *testing.T) {
 		{name: "authz AUDIT", obj: authz("audit", nil, map[string]any{"action": "AUDIT", "rules": anyRule}), want: []Severity{W}},
 		{name: "authz DENY in dry run", obj: authz("dry", map[string]any{"istio.io/dry-run": "true"}, map[string]any{"action": "DENY", "rules": anyRule}), want: []Severity{W}},
 		{name: "authz unreadable spec", obj: authz("bad", nil, map[string]any{"action": 7}), want: []Severity{E}},
-		{name: "peer STRICT", obj: configObj(groupSecurity, "PeerAuthentication", "shop", "strict", nil, map[string]any{"mtls": map[string]any{"mode": "STRICT"}}), want: []Severity{E}},
-		{name: "peer port STRICT", obj: configObj(groupSecurity, "PeerAuthentication", "shop", "port", nil, map[string]any{"portLevelMtls": map[string]any{"8080": map[string]any{"mode": "STRICT"}}}), want: []Severity{E}},
-		{name: "peer PERMISSIVE", obj: configObj(groupSecurity, "PeerAuthentication", "shop", "permissive", nil, map[string]any{"mtls": map[string]any{"mode": "PERMISSIVE"}}), want: []Severity{W}},
-		{name: "request authentication", obj: configObj(groupSecurity, "RequestAuthentication", "shop", "jwt", nil, map[string]any{"jwtRules": []any{map[string]any{"issuer": "https://issuer.example"}}}), want: []Severity{E}},
-		{name: "request authentication without rules", obj: configObj(groupSecurity, "RequestAuthentication", "shop", "nojwt", nil, map[string]any{}), want: []Severity{W}},
+		{name: "request authentication", obj: configObj(GroupSecurity, "RequestAuthentication", "shop", "jwt", nil, map[string]any{"jwtRules": []any{map[string]any{"issuer": "https://issuer.example"}}}), want: []Severity{E}},
+		{name: "request authentication without rules", obj: configObj(GroupSecurity, "RequestAuthentication", "shop", "nojwt", nil, map[string]any{}), want: []Severity{W}},
 		{name: "EnvoyFilter", obj: configObj(GroupNetworking, "EnvoyFilter", "shop", "ef", nil, map[string]any{}), want: []Severity{W}},
 		{name: "WorkloadGroup", obj: configObj(GroupNetworking, "WorkloadGroup", "shop", "wg", nil, map[string]any{}), want: []Severity{W}},
 		{name: "ProxyConfig", obj: configObj(GroupNetworking, "ProxyConfig", "shop", "pc", nil, map[string]any{}), want: []Severity{W}},
@@ -124,13 +121,10 @@ func TestUnsupportedReasons(t *testing.T) {
 	s := NewStore()
 	applyAll(t, s,
 		add("c1", authz("deny", nil, map[string]any{"action": "DENY", "rules": []any{map[string]any{"to": []any{map[string]any{"operation": map[string]any{"paths": []any{"/admin"}}}}}}})),
-		add("c1", configObj(groupSecurity, "PeerAuthentication", "istio-system", "default", nil, map[string]any{"mtls": map[string]any{"mode": "STRICT"}})),
 	)
 	want := []Problem{
 		{Object: "c1/AuthorizationPolicy/shop/deny", Severity: SeverityError,
 			Reason: "AuthorizationPolicy is not enforced (pilotwire does not translate security policies yet): action DENY: the requests it denies are allowed"},
-		{Object: "c1/PeerAuthentication/istio-system/default", Severity: SeverityError,
-			Reason: "PeerAuthentication is not enforced (pilotwire does not configure mTLS yet): traffic is plaintext, and mTLS mode STRICT is not enforced: plaintext clients are accepted"},
 	}
 	if diff := cmp.Diff(want, s.Snapshot().Problems()); diff != "" {
 		t.Errorf("problems (-want +got):\n%s", diff)

@@ -14,6 +14,8 @@ type pod struct {
 	labels   map[string]string
 	ip       string
 	nodeName string
+	// sa is spec.serviceAccountName: its endpoints' identity.
+	sa string
 }
 
 // decodePod reads a Pod on the fast path (fastPod), else with
@@ -28,7 +30,7 @@ func decodePod(raw []byte) (*pod, error) {
 // The fields fastPod reads, per JSON object, by index.
 var (
 	podTopFields       = []string{"metadata", "spec", "status"}
-	podSpecFields      = []string{"nodeName"}
+	podSpecFields      = []string{"nodeName", "serviceAccountName"}
 	podStatusFields    = []string{"podIP", "conditions"}
 	podConditionFields = []string{"type", "status"}
 )
@@ -39,7 +41,7 @@ var (
 func fastPod(raw []byte) (*pod, bool) {
 	s := jscan{b: raw}
 	var labels map[string]string
-	var ip, nodeName string
+	var ip, nodeName, sa string
 	ok := s.fields(podTopFields, func(i int) bool {
 		switch i {
 		case 0:
@@ -49,9 +51,13 @@ func fastPod(raw []byte) (*pod, bool) {
 				return ok
 			})
 		case 1:
-			return s.fields(podSpecFields, func(int) bool {
+			return s.fields(podSpecFields, func(i int) bool {
 				var ok bool
-				nodeName, ok = s.str()
+				if i == 0 {
+					nodeName, ok = s.str()
+				} else {
+					sa, ok = s.str()
+				}
 				return ok
 			})
 		default:
@@ -73,7 +79,7 @@ func fastPod(raw []byte) (*pod, bool) {
 	if !ok {
 		return nil, false
 	}
-	return &pod{labels: labels, ip: canonicalIP(ip), nodeName: nodeName}, true
+	return &pod{labels: labels, ip: canonicalIP(ip), nodeName: nodeName, sa: sa}, true
 }
 
 // stdPod is decodePod with encoding/json.
@@ -83,7 +89,8 @@ func stdPod(raw []byte) (*pod, error) {
 			Labels map[string]string `json:"labels"`
 		} `json:"metadata"`
 		Spec struct {
-			NodeName string `json:"nodeName"`
+			NodeName           string `json:"nodeName"`
+			ServiceAccountName string `json:"serviceAccountName"`
 		} `json:"spec"`
 		Status struct {
 			PodIP      string `json:"podIP"`
@@ -96,12 +103,12 @@ func stdPod(raw []byte) (*pod, error) {
 	if err := json.Unmarshal(raw, &v); err != nil {
 		return nil, fmt.Errorf("decode Pod: %w", err)
 	}
-	return &pod{labels: v.Metadata.Labels, ip: canonicalIP(v.Status.PodIP), nodeName: v.Spec.NodeName}, nil
+	return &pod{labels: v.Metadata.Labels, ip: canonicalIP(v.Status.PodIP), nodeName: v.Spec.NodeName, sa: v.Spec.ServiceAccountName}, nil
 }
 
 // samePod reports whether two versions of a pod read the same to the mesh.
 func samePod(a, b *pod) bool {
-	return a != nil && b != nil && a.ip == b.ip && a.nodeName == b.nodeName && maps.Equal(a.labels, b.labels)
+	return a != nil && b != nil && a.ip == b.ip && a.nodeName == b.nodeName && a.sa == b.sa && maps.Equal(a.labels, b.labels)
 }
 
 // selects reports whether every label of selector is in labels.

@@ -442,8 +442,6 @@ func validRule(spec *networkingv1.DestinationRule) (*networkingv1.DestinationRul
 		}
 		for _, t := range tlss {
 			switch {
-			case t.GetMode() == networkingv1.ClientTLSSettings_ISTIO_MUTUAL:
-				problems = append(problems, where+"tls mode ISTIO_MUTUAL needs the mesh CA, not configured yet: plaintext")
 			case t.GetCredentialName() != "":
 				problems = append(problems, where+"tls credentialName needs SDS, not configured yet: plaintext")
 			}

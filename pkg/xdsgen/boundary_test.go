@@ -389,7 +389,10 @@ func crossChecks(sets map[string]*Set) []string {
 // protoc-gen-validate constraints (which validateDeep runs): every regex
 // compiles as RE2 (Go's regexp is RE2's syntax), a route configuration's
 // virtual hosts have unique names and no domain twice, and a listener's
-// filter chains have unique names.
+// filter chains have unique matches. (Chain names may repeat: Envoy
+// accepts it, and Istio's inbound chains for mTLS and plaintext on one
+// port share the port's name, as in the config dump of Istio's
+// istioctl/pkg/authz/testdata/configdump.yaml.)
 func loadChecks(m proto.Message) []string {
 	var out []string
 	_ = eachMessage(m, func(m proto.Message) error { // validateDeep reports what does not unpack
@@ -413,14 +416,8 @@ func loadChecks(m proto.Message) []string {
 				}
 			}
 		case *listenerv3.Listener:
-			chains, matches := map[string]bool{}, map[string]string{}
+			matches := map[string]string{}
 			for _, fc := range x.GetFilterChains() {
-				if n := fc.GetName(); n != "" {
-					if chains[n] {
-						out = append(out, fmt.Sprintf("filter chain %q twice", n))
-					}
-					chains[n] = true
-				}
 				b, err := proto.MarshalOptions{Deterministic: true}.Marshal(fc.GetFilterChainMatch())
 				if err != nil {
 					out = append(out, err.Error())

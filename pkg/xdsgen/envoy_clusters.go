@@ -16,6 +16,8 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	networkingv1 "istio.io/api/networking/v1"
+
 	"github.com/pilotwire/pilotwire/pkg/model"
 )
 
@@ -89,9 +91,11 @@ func envoyClusters(m *model.Mesh, svc *model.Service, dr *model.DestinationRule)
 			if opts := upstreamOptions(proto); opts != nil {
 				c.TypedExtensionProtocolOptions = map[string]*anypb.Any{httpOptionsKey: opts}
 			}
+			tp := m.TrafficPolicy(dr, p.Port, subset)
 			if dr != nil || m.HasDefaultTrafficPolicy() {
-				envoyTrafficPolicy(c, m.TrafficPolicy(dr, p.Port, subset), proto)
+				envoyTrafficPolicy(c, tp, proto)
 			}
+			applyMeshTLS(m, c, svc, p, subset, tp, isHTTP2Cluster(proto, tp))
 			if usesEDS(svc) {
 				applyLocalityLbConfig(m, c, m.TrafficPolicy(dr, p.Port, subset))
 			}
@@ -180,6 +184,14 @@ func subsetNames(dr *model.DestinationRule) []string {
 		out = append(out, s.GetName())
 	}
 	return out
+}
+
+// isHTTP2Cluster reports whether a cluster speaks HTTP/2 upstream: an
+// HTTP/2 port, or an HTTP/1.1 port its policy upgrades (Istio's
+// isHttp2Cluster, which picks the ALPN of mTLS).
+func isHTTP2Cluster(proto protocol, tp *networkingv1.TrafficPolicy) bool {
+	return proto == protoHTTP2 || proto == protoHTTP &&
+		tp.GetConnectionPool().GetHttp().GetH2UpgradePolicy() == networkingv1.ConnectionPoolSettings_HTTPSettings_UPGRADE
 }
 
 // upstreamOptions: HTTP/2 to HTTP/2 ports; the client's protocol to sniffed

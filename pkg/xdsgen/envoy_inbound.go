@@ -11,76 +11,67 @@ import (
 	"github.com/pilotwire/pilotwire/pkg/model"
 )
 
-// The inbound side of a sidecar, after Istio's without mTLS (pilotwire
-// issues no certificates, so every chain is plaintext): virtualInbound
-// matches each connection on its original destination port.
+// The inbound side of a sidecar, after Istio's: virtualInbound matches
+// each connection on its original destination port and, by the
+// PeerAuthentication that applies to the workload (mtls_inbound.go), on
+// what the TLS and HTTP inspectors found: Istio mTLS (transport protocol
+// tls and Istio's ALPNs), plaintext (raw_buffer), and on PERMISSIVE TCP
+// ports the application's own TLS.
 //   - A port the pod serves gets chains named 0.0.0.0_<targetPort>: HTTP
 //     ports an HTTP connection manager routing to inbound|<port>||, TCP
 //     ports a tcp_proxy to it, sniffed ports both (HTTP when the HTTP
-//     inspector finds it).
+//     inspector, or the client's ALPN over mTLS, says HTTP).
 //   - Other ports pass through to InboundPassthroughCluster, HTTP
-//     (virtualInbound-catchall-http) or not (virtualInbound).
+//     (virtualInbound-catchall-http) or not (virtualInbound), under the
+//     workload's mode, and under a port-level mode on the ports that
+//     declare one.
 //   - A connection to 15006 itself is dropped (virtualInbound-blackhole).
 
-// virtualInbound builds the listener for what in serves (nil: nothing).
-func virtualInbound(m *model.Mesh, in *inbound) *listenerv3.Listener {
-	chains := []*listenerv3.FilterChain{
-		{
-			Name:             VirtualInboundListener + "-blackhole",
-			FilterChainMatch: &listenerv3.FilterChainMatch{DestinationPort: wrapperspb.UInt32(VirtualInboundPort)},
-			Filters:          []*listenerv3.Filter{toCluster(BlackHoleCluster)},
+// virtualInbound builds the listener for what in serves (nil: nothing)
+// under PeerAuthentication pa.
+func virtualInbound(m *model.Mesh, in *inbound, pa model.PeerAuthn) *listenerv3.Listener {
+	chains := []*listenerv3.FilterChain{{
+		Name:             VirtualInboundListener + "-blackhole",
+		FilterChainMatch: &listenerv3.FilterChainMatch{DestinationPort: wrapperspb.UInt32(VirtualInboundPort)},
+		Filters:          []*listenerv3.Filter{toCluster(BlackHoleCluster)},
+	}}
+	passthrough := inboundChainConfig{
+		httpName: VirtualInboundListener + "-catchall-http",
+		tcpName:  VirtualInboundListener,
+		http: func() *listenerv3.Filter {
+			return sidecarManager(InboundPassthroughCluster, "", inboundRoute(m, InboundPassthroughCluster, 0, false), false)
 		},
-		{
-			Name:             VirtualInboundListener + "-catchall-http",
-			FilterChainMatch: httpMatch(0),
-			Filters:          []*listenerv3.Filter{sidecarManager(InboundPassthroughCluster, "", inboundRoute(m, InboundPassthroughCluster, 0, false), false)},
-		},
-		{
-			Name:             VirtualInboundListener,
-			FilterChainMatch: &listenerv3.FilterChainMatch{TransportProtocol: rawBuffer},
-			Filters:          []*listenerv3.Filter{toCluster(InboundPassthroughCluster)},
-		},
+		tcp: func() *listenerv3.Filter { return toCluster(InboundPassthroughCluster) },
 	}
-	var noSniffing []int32 // ports the HTTP inspector need not look at
+	chains = append(chains, passthrough.chains(0, protoAuto, pa.Mode)...)
+	served := make(map[uint32]bool, len(inboundPorts(in)))
+	for _, ip := range inboundPorts(in) {
+		served[uint32(ip.target)] = true
+	}
+	for _, port := range sortedPorts(pa.PortModes) {
+		if !served[port] { // Istio's per-port passthrough chains
+			chains = append(chains, passthrough.chains(port, protoAuto, pa.PortModes[port])...)
+		}
+	}
 	for _, ip := range inboundPorts(in) {
 		name := "0.0.0.0_" + portString(ip.target)
 		cluster := inboundClusterName(ip.target)
-		httpChain := &listenerv3.FilterChain{
-			Name:             name,
-			FilterChainMatch: &listenerv3.FilterChainMatch{DestinationPort: wrapperspb.UInt32(uint32(ip.target)), TransportProtocol: rawBuffer},
-			Filters:          []*listenerv3.Filter{sidecarManager("inbound_"+name, "", inboundRoute(m, cluster, ip.port.Port, isGRPC(ip.port)), ip.proto == protoHTTP2)},
+		cc := inboundChainConfig{
+			httpName: name,
+			tcpName:  name,
+			http: func() *listenerv3.Filter {
+				return sidecarManager("inbound_"+name, "", inboundRoute(m, cluster, ip.port.Port, isGRPC(ip.port)), ip.proto == protoHTTP2)
+			},
+			tcp: func() *listenerv3.Filter { return toCluster(cluster) },
 		}
-		tcpChain := &listenerv3.FilterChain{
-			Name:             name,
-			FilterChainMatch: &listenerv3.FilterChainMatch{DestinationPort: wrapperspb.UInt32(uint32(ip.target)), TransportProtocol: rawBuffer},
-			Filters:          []*listenerv3.Filter{toCluster(cluster)},
-		}
-		switch ip.proto {
-		case protoHTTP, protoHTTP2:
-			chains = append(chains, httpChain)
-			noSniffing = append(noSniffing, ip.target)
-		case protoTCP:
-			chains = append(chains, tcpChain)
-			noSniffing = append(noSniffing, ip.target)
-		default:
-			httpChain.FilterChainMatch = httpMatch(ip.target)
-			chains = append(chains, httpChain, tcpChain)
-		}
-	}
-	inspector := httpInspectorFilter()
-	if len(noSniffing) > 0 {
-		inspector = &listenerv3.ListenerFilter{
-			Name:           inspector.Name,
-			ConfigType:     inspector.ConfigType,
-			FilterDisabled: portsPredicate(noSniffing),
-		}
+		chains = append(chains, cc.chains(uint32(ip.target), ip.proto, pa.ForPort(uint32(ip.target)))...)
 	}
 	return &listenerv3.Listener{
 		Name:                             VirtualInboundListener,
 		Address:                          socketAddress("0.0.0.0", VirtualInboundPort),
 		TrafficDirection:                 corev3.TrafficDirection_INBOUND,
 		ContinueOnListenerFiltersTimeout: true,
-		ListenerFilters:                  []*listenerv3.ListenerFilter{originalDstFilter(), inspector},
+		ListenerFilters:                  inboundListenerFilters(chains),
 		ListenerFiltersTimeout:           protocolDetectionTimeout,
 		FilterChains:                     chains,
 	}

@@ -59,7 +59,7 @@ const (
 // only when the port is declared TCP).
 var protocolDetectionTimeout = durationpb.New(0)
 
-func envoyListenerSet(m *model.Mesh, in *inbound, mode meshconfig.Mode, ns string, labels map[string]string) (*Set, error) {
+func envoyListenerSet(m *model.Mesh, in *inbound, mode meshconfig.Mode, ns string, labels map[string]string, pa model.PeerAuthn) (*Set, error) {
 	out, err := outboundListeners(m, mode, ns, labels)
 	if err != nil {
 		return nil, err
@@ -70,7 +70,7 @@ func envoyListenerSet(m *model.Mesh, in *inbound, mode meshconfig.Mode, ns strin
 		return nil, err
 	}
 	all = append(all, headless...)
-	vi, err := newResource(VirtualInboundListener, virtualInbound(m, in))
+	vi, err := newResource(VirtualInboundListener, virtualInbound(m, in, pa))
 	if err != nil {
 		return nil, err
 	}

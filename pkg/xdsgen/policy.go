@@ -294,9 +294,9 @@ func applyOutlierDetection(c *clusterv3.Cluster, od *networkingv1.OutlierDetecti
 }
 
 // transportSocket is the client TLS of SIMPLE and MUTUAL modes, with the
-// certificates as files on the proxy (credentialName, which needs SDS, and
-// ISTIO_MUTUAL, which needs the mesh CA, are not configured yet: the model
-// reports them). nil for DISABLE and the unsupported modes.
+// certificates as files on the proxy (credentialName, which needs SDS, is
+// not configured yet: the model reports it). nil for DISABLE and
+// ISTIO_MUTUAL (mtls.go).
 func transportSocket(t *networkingv1.ClientTLSSettings) *corev3.TransportSocket {
 	mode := t.GetMode()
 	if mode != networkingv1.ClientTLSSettings_SIMPLE && mode != networkingv1.ClientTLSSettings_MUTUAL {

@@ -156,9 +156,10 @@ func generateFor(full *model.Mesh, p Proxy, typeURL string) (*Set, error) {
 	case typeURL == resource.ListenerType:
 		in := inboundFor(m, p.IP)
 		labels := p.workloadLabels(full)
-		key := proxyKey{gen: Envoy, typeURL: typeURL, mode: mode, inbound: in.envoyKey(), ns: m.VirtualServiceView(p.Namespace), labels: labelsKey(m, labels)}
+		pa := full.PeerAuthentication(p.Namespace, labels)
+		key := proxyKey{gen: Envoy, typeURL: typeURL, mode: mode, inbound: in.envoyKey(), ns: m.VirtualServiceView(p.Namespace), labels: labelsKey(m, labels), authn: pa.Key()}
 		// Listeners of headless services follow their endpoints.
-		return memoSet(m, key, hasHeadlessListeners(m), func() (*Set, error) { return envoyListenerSet(m, in, mode, p.Namespace, labels) })
+		return memoSet(m, key, hasHeadlessListeners(m), func() (*Set, error) { return envoyListenerSet(m, in, mode, p.Namespace, labels, pa) })
 	case typeURL == resource.RouteType:
 		labels := p.workloadLabels(full)
 		key := proxyKey{gen: Envoy, typeURL: typeURL, mode: mode, ns: p.Namespace, labels: labelsKey(m, labels)}
@@ -178,8 +179,8 @@ type memoKey struct {
 // proxyKey names a set that depends on the proxy: its inbound side (a
 // description of the ports it serves, not its IP, so that pods backing
 // the same services share), its namespace, the DestinationRules its
-// namespace sees ([model.Mesh.DestinationRuleView]) and the mesh's
-// outbound mode.
+// namespace sees ([model.Mesh.DestinationRuleView]), the mesh's
+// outbound mode and its workload's PeerAuthentication.
 type proxyKey struct {
 	gen     Generator
 	typeURL string
@@ -189,6 +190,7 @@ type proxyKey struct {
 	inbound string
 	ip      string
 	labels  string
+	authn   string // the workload's PeerAuthentication (model.PeerAuthn.Key)
 }
 
 var (

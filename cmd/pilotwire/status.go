@@ -41,7 +41,7 @@ the error) or NOT SENT. NACKed and stale proxies come first.
 
 It then lists the config of the change stream that every frontend leaves
 out because pilotwire does not translate it (AuthorizationPolicies,
-PeerAuthentications, EnvoyFilters, TCPRoutes, a Sidecar's ingress, ...),
+EnvoyFilters, TCPRoutes, a Sidecar's ingress, ...),
 as the frontends log it: severity error when leaving it out lets through
 traffic it would refuse (a DENY policy), warning otherwise. Config left
 out because it is invalid is in each frontend's /debug/configz.`,

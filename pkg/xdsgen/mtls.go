@@ -68,6 +68,14 @@ func agentSecret(name string) *tlsv3.SdsSecretConfig {
 	}
 }
 
+// The SDS configs of the workload certificate and the root, shared by
+// every mTLS context (read-only).
+var (
+	defaultSecret = sync.OnceValue(func() *tlsv3.SdsSecretConfig { return agentSecret(sdsDefault) })
+	rootSecret    = sync.OnceValue(func() *tlsv3.SdsSecretConfig { return agentSecret(sdsRoot) })
+	meshTLSParams = sync.OnceValue(tlsParams)
+)
+
 // tlsParams are Istio's defaults for mesh mTLS: TLS 1.2 to 1.3.
 func tlsParams() *tlsv3.TlsParameters {
 	return &tlsv3.TlsParameters{
@@ -104,12 +112,12 @@ func istioMutualSocket(sni string, sans []string, h2 bool) *corev3.TransportSock
 	}
 	ctx := &tlsv3.UpstreamTlsContext{
 		CommonTlsContext: &tlsv3.CommonTlsContext{
-			TlsParams:                      tlsParams(),
-			TlsCertificateSdsSecretConfigs: []*tlsv3.SdsSecretConfig{agentSecret(sdsDefault)},
+			TlsParams:                      meshTLSParams(),
+			TlsCertificateSdsSecretConfigs: []*tlsv3.SdsSecretConfig{defaultSecret()},
 			ValidationContextType: &tlsv3.CommonTlsContext_CombinedValidationContext{
 				CombinedValidationContext: &tlsv3.CommonTlsContext_CombinedCertificateValidationContext{
 					DefaultValidationContext:         vc,
-					ValidationContextSdsSecretConfig: agentSecret(sdsRoot),
+					ValidationContextSdsSecretConfig: rootSecret(),
 				},
 			},
 			AlpnProtocols: alpn,

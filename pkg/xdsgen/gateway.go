@@ -32,8 +32,10 @@ import (
 //     configuration http.<bound port>;
 //   - HTTPS servers each get a chain matched on their hosts (SNI) that
 //     terminates TLS with the certificate credentialName names, fetched
-//     over SDS as kubernetes://<credentialName> (the SDS server is not
-//     pilotwire's yet), routed by https.<server port>.<portName>.<gateway>.<ns>;
+//     over SDS (credentialResourceName: kubernetes://<credentialName>, or
+//     the name as it is when it names its kind, as Gateway API's
+//     kubernetes-gateway://<ns>/<name>), routed by
+//     https.<server port>.<portName>.<gateway>.<ns>;
 //   - TLS PASSTHROUGH servers take the VirtualServices' tls routes
 //     (matched on SNI), TCP servers their tcp routes.
 //
@@ -256,16 +258,29 @@ func downstreamTLS(t *networkingv1.ServerTLSSettings) *corev3.TransportSocket {
 		cred = t.GetCredentialNames()[0]
 	}
 	ctx := &tlsv3.DownstreamTlsContext{CommonTlsContext: &tlsv3.CommonTlsContext{
-		TlsCertificateSdsSecretConfigs: []*tlsv3.SdsSecretConfig{sdsSecret("kubernetes://" + cred)},
+		TlsCertificateSdsSecretConfigs: []*tlsv3.SdsSecretConfig{sdsSecret(credentialResourceName(cred))},
 		AlpnProtocols:                  []string{"h2", "http/1.1"},
 	}}
 	if t.GetMode() == networkingv1.ServerTLSSettings_MUTUAL || t.GetMode() == networkingv1.ServerTLSSettings_OPTIONAL_MUTUAL {
 		ctx.CommonTlsContext.ValidationContextType = &tlsv3.CommonTlsContext_ValidationContextSdsSecretConfig{
-			ValidationContextSdsSecretConfig: sdsSecret("kubernetes://" + cred + "-cacert"),
+			ValidationContextSdsSecretConfig: sdsSecret(credentialResourceName(cred + "-cacert")),
 		}
 		ctx.RequireClientCertificate = wrapperspb.Bool(t.GetMode() == networkingv1.ServerTLSSettings_MUTUAL)
 	}
 	return &corev3.TransportSocket{Name: "envoy.transport_sockets.tls", ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: mustAny(ctx)}}
+}
+
+// credentialResourceName is the SDS resource name of a credentialName, as
+// Istio names it: a name that says its kind (kubernetes://,
+// kubernetes-gateway://, configmap://) is kept, any other is a Secret in
+// the proxy's namespace, kubernetes://<name>.
+func credentialResourceName(cred string) string {
+	for _, kind := range []string{"kubernetes://", "kubernetes-gateway://", "configmap://"} {
+		if strings.HasPrefix(cred, kind) {
+			return cred
+		}
+	}
+	return "kubernetes://" + cred
 }
 
 func sdsSecret(name string) *tlsv3.SdsSecretConfig {

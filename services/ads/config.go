@@ -106,6 +106,13 @@ type Config struct {
 	// MeshConfigPath is a mesh config file in Istio's MeshConfig YAML shape
 	// (outboundTrafficPolicy); "" uses Istio's defaults. Read once, at start.
 	MeshConfigPath string
+	// Kubeconfig and InCluster name the Kubernetes cluster whose Secrets
+	// the frontend serves to gateways over SDS (credentialName,
+	// certificateRefs), read with its own client and kept in memory only
+	// (--kubeconfig, env PILOTWIRE_KUBECONFIG; --in-cluster, env
+	// PILOTWIRE_IN_CLUSTER). Neither: secrets are not served. See sds.go.
+	Kubeconfig string
+	InCluster  bool
 	// OnListen, if set, is called with the bound ADS address (tests).
 	OnListen func(addr string)
 
@@ -172,6 +179,8 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	c.DisableDebugEndpointAuth = !svc.EnvBool("ENABLE_DEBUG_ENDPOINT_AUTH", !d.DisableDebugEndpointAuth)
 	fs.Var(negatedBool{&c.DisableDebugEndpointAuth}, "debug-endpoint-auth", "answer debug requests over xDS (istio.io/debug/syncz, config_dump; istioctl proxy-status) only on streams with a verified identity (mutual TLS with --client-ca): the root namespace sees every proxy, another namespace its own; false answers anyone (env ENABLE_DEBUG_ENDPOINT_AUTH)")
 	fs.Lookup("debug-endpoint-auth").NoOptDefVal = "true"
+	fs.StringVar(&c.Kubeconfig, "kubeconfig", svc.EnvString("PILOTWIRE_KUBECONFIG", d.Kubeconfig), "kubeconfig of the cluster whose Secrets are served to gateways over SDS (credentialName, certificateRefs); read by this frontend only, never recorded (env PILOTWIRE_KUBECONFIG)")
+	fs.BoolVar(&c.InCluster, "in-cluster", svc.EnvBool("PILOTWIRE_IN_CLUSTER", d.InCluster), "read the Secrets served over SDS from the cluster the frontend runs in, through its pod's service account (env PILOTWIRE_IN_CLUSTER)")
 	fs.StringVar(&c.MeshConfigPath, "mesh-config", svc.EnvString("PILOTWIRE_MESH_CONFIG", d.MeshConfigPath), "mesh config file in Istio's MeshConfig YAML shape, e.g. outboundTrafficPolicy: {mode: REGISTRY_ONLY}; empty uses Istio's defaults (ALLOW_ANY) (env PILOTWIRE_MESH_CONFIG)")
 }
 

@@ -96,6 +96,12 @@ type conn struct {
 	// the latest registry view of the connection, for debug endpoints
 	published atomic.Pointer[pb.ConnectionInfo]
 
+	// SDS (sds.go): kicked when a Secret the connection asked for changes
+	// (cap 1), and when the earliest unsent change was seen (unix ns; 0:
+	// none)
+	sdsKick  chan struct{}
+	sdsSince atomic.Int64
+
 	// guarded by mu: orders handed over by the dispatcher
 	mu     sync.Mutex
 	orders []orderRef
@@ -114,6 +120,8 @@ type conn struct {
 	// its caller, and the node it sent (debugads.go)
 	debugProxy *proxy
 	debugNode  *core.Node
+	// the secrets watch (sds.go); nil until the stream asks for secrets
+	sds *sdsWatch
 }
 
 func (s *Server) newConn(ctx context.Context, fixedType string) *conn {
@@ -124,6 +132,7 @@ func (s *Server) newConn(ctx context.Context, fixedType string) *conn {
 		fixedType: fixedType,
 		connected: time.Now(),
 		notify:    make(chan struct{}, 1),
+		sdsKick:   make(chan struct{}, 1),
 		watches:   make(map[string]*watch),
 	}
 	if l := s.limits; l.requestRate > 0 {
@@ -225,6 +234,10 @@ func (c *conn) serve() error {
 			if err := c.handleOrders(c.takeOrders()); err != nil {
 				return err
 			}
+		case <-c.sdsKick:
+			if err := c.pushSDS(); err != nil {
+				return err
+			}
 		case err := <-recvErr:
 			if status.Code(err) == codes.Canceled || errors.Is(err, context.Canceled) || errors.Is(err, io.EOF) {
 				return nil
@@ -245,6 +258,9 @@ func (c *conn) serve() error {
 func (c *conn) finish() {
 	for _, o := range c.close() {
 		c.s.reports.done(o, pb.PushDone_CONN_GONE, 0, "")
+	}
+	if c.s.sds != nil {
+		c.s.sds.forget(c)
 	}
 	if c.proxy != nil {
 		c.s.metrics.connections.WithLabelValues(c.proxy.Version).Dec()

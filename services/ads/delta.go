@@ -32,6 +32,9 @@ func (c *conn) handleDelta(req *discovery.DeltaDiscoveryRequest) error {
 	if err := c.open(req.GetNode()); err != nil {
 		return err
 	}
+	if c.fixedType == "" && req.GetTypeUrl() == resource.SecretType {
+		return c.handleDeltaSDS(req)
+	}
 	t, err := c.requestType(req.GetTypeUrl())
 	if t == "" || err != nil {
 		return err

@@ -109,6 +109,9 @@ func Run(ctx context.Context, cfg Config, d svc.Deps) error {
 	if d.Debug != nil {
 		s.registerDebug(d.Debug.Handle)
 	}
+	if s.sds, err = startSDS(cfg, d, log); err != nil {
+		return err
+	}
 	if cfg.RecordDeliveries {
 		s.recorder = newRecorder(d.JS, names, cfg.FrontendID, log, m)
 	}
@@ -221,6 +224,10 @@ func Run(ctx context.Context, cfg Config, d svc.Deps) error {
 	go func() { defer wg.Done(); s.orders.run(runCtx) }()
 	go func() { defer wg.Done(); s.orders.flushDones(runCtx) }()
 	go func() { defer wg.Done(); s.registry.run(runCtx) }()
+	if s.sds != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); s.sds.run(runCtx) }()
+	}
 	if err := s.orders.subscribe(names.OrdersSubject(cfg.FrontendID)); err != nil {
 		cancelRun()
 		wg.Wait()

@@ -40,6 +40,7 @@ type Server struct {
 	limits      streamLimits   // what one stream may do
 	identity    *identityCheck // nil: no TLS identity check
 	responses   responseCache  // shared by connections with alike watches
+	sds         *sdsServer     // nil: no Kubernetes client, secrets not served (sds.go)
 
 	// set at construction; nil is Istio's defaults
 	meshConfig *meshconfig.MeshConfig

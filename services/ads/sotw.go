@@ -25,6 +25,9 @@ func (c *conn) handleRequest(req *discovery.DiscoveryRequest) error {
 	if err := c.open(req.GetNode()); err != nil {
 		return err
 	}
+	if c.fixedType == "" && req.GetTypeUrl() == resource.SecretType {
+		return c.handleSDS(req)
+	}
 	t, err := c.requestType(req.GetTypeUrl())
 	if t == "" || err != nil {
 		return err

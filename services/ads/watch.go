@@ -25,6 +25,8 @@ func shortType(typeURL string) string {
 		return "lds"
 	case resource.RouteType:
 		return "rds"
+	case resource.SecretType:
+		return "sds"
 	}
 	return "other"
 }

@@ -98,6 +98,10 @@ func (s *Server) recordResponse(c *conn, typeURL string, r *response, nonce stri
 // with its names last.
 func (s *Server) recordWith(c *conn, kind pb.DeliveryRecord_Kind, typeURL, version, nonce string, names []string, namesWire []byte, pushID uint64, errText string) {
 	r := s.recorder
+	var through uint64 // secrets (sds.go) have no watch: they follow no model sequence
+	if w := c.watches[typeURL]; w != nil {
+		through = w.genSeq
+	}
 	rec := &pb.DeliveryRecord{
 		Kind:       kind,
 		Frontend:   s.id,
@@ -106,7 +110,7 @@ func (s *Server) recordWith(c *conn, kind pb.DeliveryRecord_Kind, typeURL, versi
 		TypeUrl:    typeURL,
 		Version:    version,
 		Nonce:      nonce,
-		ThroughSeq: c.watches[typeURL].genSeq,
+		ThroughSeq: through,
 		PushId:     pushID,
 		Error:      errText,
 		At:         timestamppb.Now(),

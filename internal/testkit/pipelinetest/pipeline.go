@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -48,6 +49,10 @@ type Options struct {
 	// Debounce adjusts the debouncer's windows (quiet window 20 ms by
 	// default here), e.g. EnableEDSDebounce off.
 	Debounce func(*debounce.Config)
+	// ADS adjusts every frontend's config (e.g. TLS, --kubeconfig).
+	ADS func(*ads.Config)
+	// Logs, when set, also receives every service's log lines.
+	Logs io.Writer
 }
 
 // Start runs ingest (watching dir), debouncer, pusher and the ads
@@ -66,12 +71,16 @@ func Start(t *testing.T, dir string, opts ...Options) *Pipeline {
 	var errs chan error
 	p := &Pipeline{regs: make(map[string]*prometheus.Registry), URL: url}
 	var healths []*svc.Health
+	var logTo io.Writer = TestWriter{t}
+	if o.Logs != nil {
+		logTo = io.MultiWriter(logTo, o.Logs)
+	}
 	start := func(name string, run func(context.Context, svc.Deps) error) *nats.Conn {
 		nc, js := natstest.Connect(t, url)
 		d := svc.Deps{
 			NC:     nc,
 			JS:     js,
-			Log:    slog.New(slog.NewTextHandler(TestWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug})).With("component", name),
+			Log:    slog.New(slog.NewTextHandler(logTo, &slog.HandlerOptions{Level: slog.LevelDebug})).With("component", name),
 			Reg:    prometheus.NewRegistry(),
 			Health: &svc.Health{},
 		}
@@ -110,7 +119,7 @@ func Start(t *testing.T, dir string, opts ...Options) *Pipeline {
 		addr := make(chan string, 1)
 		fctx, fcancel := context.WithCancel(ctx)
 		nc := start(name, func(_ context.Context, d svc.Deps) error {
-			return ads.Run(fctx, ads.Config{
+			cfg := ads.Config{
 				Common:            common,
 				ADSAddr:           "127.0.0.1:0",
 				FrontendID:        name,
@@ -118,7 +127,11 @@ func Start(t *testing.T, dir string, opts ...Options) *Pipeline {
 				HeartbeatInterval: 200 * time.Millisecond,
 				RecordDeliveries:  true,
 				OnListen:          func(a string) { addr <- a },
-			}, d)
+			}
+			if o.ADS != nil {
+				o.ADS(&cfg)
+			}
+			return ads.Run(fctx, cfg, d)
 		})
 		p.ADSAddrs = append(p.ADSAddrs, <-addr)
 		// A crash: the NATS connection drops first (no deregistration, no

@@ -172,9 +172,6 @@ func (w *secretWatcher) run(ctx context.Context) {
 	<-ctx.Done()
 }
 
-// synced reports whether the first list is in the cache.
-func (w *secretWatcher) synced() bool { return w.inf.HasSynced() }
-
 // cached counts the Secrets held.
 func (w *secretWatcher) cached() int { return len(w.inf.GetStore().ListKeys()) }
 

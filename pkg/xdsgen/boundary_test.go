@@ -24,6 +24,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	"sigs.k8s.io/yaml"
 
+	"github.com/pilotwire/pilotwire/internal/testkit/adstest"
 	"github.com/pilotwire/pilotwire/pkg/meshconfig"
 	"github.com/pilotwire/pilotwire/pkg/model"
 	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
@@ -239,7 +240,9 @@ func invalidResources(t *testing.T, m *model.Mesh) []string {
 // (its internal/xds/xdsclient/xdsresource): cluster load balancing it
 // does not implement, a retry policy without retries or with a zero
 // backoff, a route match other than prefix, path or regex, and an empty
-// prefix, suffix or contains string matcher in a header match.
+// prefix, suffix or contains string matcher in a header match; and what
+// a client older than gRFC A63 (gRPC C-core 1.51) refuses: a header
+// match in any field but the HeaderMatcher's own (string_match).
 func grpcChecks(m proto.Message) []string {
 	var out []string
 	_ = eachMessage(m, func(m proto.Message) error {
@@ -274,11 +277,14 @@ func grpcChecks(m proto.Message) []string {
 				out = append(out, fmt.Sprintf("route match %T", x.GetPathSpecifier()))
 			}
 			for _, h := range x.GetHeaders() {
-				sm := h.GetStringMatch()
-				switch sm.GetMatchPattern().(type) {
-				case *matcherv3.StringMatcher_Prefix, *matcherv3.StringMatcher_Suffix, *matcherv3.StringMatcher_Contains:
-					if sm.GetPrefix()+sm.GetSuffix()+sm.GetContains() == "" {
-						out = append(out, fmt.Sprintf("header %s: empty string matcher %v", h.GetName(), sm))
+				if err := adstest.PreA63HeaderMatcher(h); err != nil {
+					out = append(out, err.Error())
+				}
+				switch h.GetHeaderMatchSpecifier().(type) {
+				case *routev3.HeaderMatcher_PrefixMatch, *routev3.HeaderMatcher_SuffixMatch, *routev3.HeaderMatcher_ContainsMatch:
+					//lint:ignore SA1019 pre-A63 gRPC clients read only the deprecated fields
+					if h.GetPrefixMatch()+h.GetSuffixMatch()+h.GetContainsMatch() == "" {
+						out = append(out, fmt.Sprintf("header %s: empty string matcher %v", h.GetName(), h))
 					}
 				}
 			}
@@ -605,6 +611,13 @@ func TestLoadChecksCatch(t *testing.T) {
 	rc.VirtualHosts[0].Routes[0].GetRoute().RetryPolicy = &routev3.RetryPolicy{NumRetries: wrapperspb.UInt32(0)}
 	if got := grpcChecks(rc); len(got) != 2 {
 		t.Errorf("gRPC checks of a route with a path-separated prefix and no retries in its retry policy: %q", got)
+	}
+	rc.VirtualHosts[0].Routes[0].Match.Headers = []*routev3.HeaderMatcher{
+		{Name: "x-a", HeaderMatchSpecifier: &routev3.HeaderMatcher_StringMatch{StringMatch: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: "a"}}}},
+		{Name: "x-b", HeaderMatchSpecifier: &routev3.HeaderMatcher_PrefixMatch{}},
+	}
+	if got := grpcChecks(rc); len(got) != 4 {
+		t.Errorf("gRPC checks of a route that also has a string_match header (pre-A63 clients refuse it) and an empty prefix_match: %q", got)
 	}
 	if got := grpcChecks(&clusterv3.Cluster{Name: "c", LbPolicy: clusterv3.Cluster_MAGLEV}); len(got) != 1 {
 		t.Errorf("gRPC checks of a Maglev cluster: %q", got)

@@ -110,7 +110,7 @@ func translateRoute(m *model.Mesh, h *networkingv1.HTTPRoute, mt *networkingv1.H
 	if mt.GetName() != "" {
 		name += "." + mt.GetName()
 	}
-	out := &routev3.Route{Name: name, Match: routeMatch(mt)}
+	out := &routev3.Route{Name: name, Match: routeMatch(mt, c.grpc)}
 	authority := ""
 	if !c.grpc && h.GetHeaders() != nil {
 		authority = applyHeaders(h.GetHeaders(), &out.RequestHeadersToAdd, &out.RequestHeadersToRemove, &out.ResponseHeadersToAdd, &out.ResponseHeadersToRemove)
@@ -135,18 +135,19 @@ func translateRoute(m *model.Mesh, h *networkingv1.HTTPRoute, mt *networkingv1.H
 	return out
 }
 
-// routeMatch translates one match; nil matches every request.
-func routeMatch(in *networkingv1.HTTPMatchRequest) *routev3.RouteMatch {
+// routeMatch translates one match; nil matches every request. Header
+// matches are for a proxyless gRPC client when grpc is set (headerMatch).
+func routeMatch(in *networkingv1.HTTPMatchRequest, grpc bool) *routev3.RouteMatch {
 	out := &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}}
 	if in == nil {
 		return out
 	}
 	for _, name := range slices.Sorted(maps.Keys(in.GetHeaders())) {
-		out.Headers = append(out.Headers, headerMatch(name, in.GetHeaders()[name]))
+		out.Headers = append(out.Headers, headerMatch(name, in.GetHeaders()[name], grpc))
 	}
 	for _, name := range slices.Sorted(maps.Keys(in.GetWithoutHeaders())) {
 		sm := in.GetWithoutHeaders()[name]
-		hm := headerMatch(name, sm)
+		hm := headerMatch(name, sm, grpc)
 		hm.InvertMatch = true
 		if !hm.GetPresentMatch() {
 			hm.TreatMissingHeaderAsEmpty = true
@@ -168,7 +169,7 @@ func routeMatch(in *networkingv1.HTTPMatchRequest) *routev3.RouteMatch {
 		m    *networkingv1.StringMatch
 	}{{":method", in.GetMethod()}, {":authority", in.GetAuthority()}, {":scheme", in.GetScheme()}} {
 		if pseudo.m != nil {
-			out.Headers = append(out.Headers, headerMatch(pseudo.name, pseudo.m))
+			out.Headers = append(out.Headers, headerMatch(pseudo.name, pseudo.m, grpc))
 		}
 	}
 	for _, name := range slices.Sorted(maps.Keys(in.GetQueryParams())) {
@@ -190,11 +191,34 @@ func presentMatch(sm *networkingv1.StringMatch) bool {
 	return sm.GetMatchType() == nil || sm.GetRegex() == "*"
 }
 
-func headerMatch(name string, sm *networkingv1.StringMatch) *routev3.HeaderMatcher {
+// headerMatch translates the match of header name. Envoy gets it as
+// Istio sends it, in string_match. A proxyless gRPC client (grpc) gets it
+// in the HeaderMatcher's own fields, deprecated for Envoy: gRPC clients
+// older than gRFC A63 (C-core 1.51 under Python, C++ and Ruby) read only
+// those and reject the whole route configuration over one string_match,
+// and newer ones, grpc-go among them, read both.
+func headerMatch(name string, sm *networkingv1.StringMatch, grpc bool) *routev3.HeaderMatcher {
+	out := &routev3.HeaderMatcher{Name: name}
 	if presentMatch(sm) {
-		return &routev3.HeaderMatcher{Name: name, HeaderMatchSpecifier: &routev3.HeaderMatcher_PresentMatch{PresentMatch: true}}
+		out.HeaderMatchSpecifier = &routev3.HeaderMatcher_PresentMatch{PresentMatch: true}
+		return out
 	}
-	return &routev3.HeaderMatcher{Name: name, HeaderMatchSpecifier: &routev3.HeaderMatcher_StringMatch{StringMatch: stringMatcher(sm)}}
+	if !grpc {
+		out.HeaderMatchSpecifier = &routev3.HeaderMatcher_StringMatch{StringMatch: stringMatcher(sm)}
+		return out
+	}
+	switch v := sm.GetMatchType().(type) {
+	case *networkingv1.StringMatch_Exact:
+		//lint:ignore SA1019 pre-A63 gRPC clients read only the deprecated fields
+		out.HeaderMatchSpecifier = &routev3.HeaderMatcher_ExactMatch{ExactMatch: v.Exact}
+	case *networkingv1.StringMatch_Prefix:
+		//lint:ignore SA1019 pre-A63 gRPC clients read only the deprecated fields
+		out.HeaderMatchSpecifier = &routev3.HeaderMatcher_PrefixMatch{PrefixMatch: v.Prefix}
+	case *networkingv1.StringMatch_Regex:
+		//lint:ignore SA1019 pre-A63 gRPC clients read only the deprecated fields
+		out.HeaderMatchSpecifier = &routev3.HeaderMatcher_SafeRegexMatch{SafeRegexMatch: &matcherv3.RegexMatcher{Regex: v.Regex}}
+	}
+	return out
 }
 
 func stringMatcher(sm *networkingv1.StringMatch) *matcherv3.StringMatcher {

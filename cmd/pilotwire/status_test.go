@@ -13,14 +13,13 @@ import (
 	"github.com/pilotwire/pilotwire/internal/testkit/testutil"
 )
 
-const denyPolicyYAML = `apiVersion: security.istio.io/v1
-kind: AuthorizationPolicy
-metadata: {name: deny-admin, namespace: shop}
+// authzPluginYAML is untranslated config whose absence fails open.
+const authzPluginYAML = `apiVersion: extensions.istio.io/v1alpha1
+kind: WasmPlugin
+metadata: {name: authz, namespace: shop}
 spec:
-  action: DENY
-  rules:
-  - to:
-    - operation: {paths: ["/admin"]}
+  phase: AUTHZ
+  url: oci://example.com/authz:1
 `
 
 const ingressSidecarYAML = `apiVersion: networking.istio.io/v1
@@ -39,7 +38,7 @@ func TestStatusListsUnsupportedConfig(t *testing.T) {
 	_, dir, cc, _ := startMesh(t)
 	ctx, cancel := context.WithTimeout(context.Background(), testutil.DefaultTimeout)
 	defer cancel()
-	pipelinetest.WriteFile(t, dir, "policy.yaml", denyPolicyYAML+"---\n"+ingressSidecarYAML)
+	pipelinetest.WriteFile(t, dir, "policy.yaml", authzPluginYAML+"---\n"+ingressSidecarYAML)
 
 	type ignored struct {
 		Object, Severity string
@@ -72,12 +71,12 @@ func TestStatusListsUnsupportedConfig(t *testing.T) {
 		return got, out.String()
 	}
 	want := []ignored{
-		{"Kubernetes/AuthorizationPolicy/shop/deny-admin", "error"},
+		{"Kubernetes/WasmPlugin/shop/authz", "error"},
 		{"Kubernetes/Sidecar/shop/in", "warning"},
 	}
 	var got []ignored
 	var raw string
-	testutil.Eventually(t, "status to list the policy and the Sidecar", func() bool {
+	testutil.Eventually(t, "status to list the plugin and the Sidecar", func() bool {
 		got, raw = read()
 		return len(got) == len(want)
 	})
@@ -89,14 +88,14 @@ func TestStatusListsUnsupportedConfig(t *testing.T) {
 	if err := runStatus(ctx, &table, statusConfig{connConfig: cc}); err != nil {
 		t.Fatal(err)
 	}
-	for _, w := range []string{"CONFIG NOT APPLIED", "error", "Kubernetes/AuthorizationPolicy/shop/deny-admin", "the requests it denies are allowed", "Kubernetes/Sidecar/shop/in"} {
+	for _, w := range []string{"CONFIG NOT APPLIED", "error", "Kubernetes/WasmPlugin/shop/authz", "the requests it would refuse are allowed", "Kubernetes/Sidecar/shop/in"} {
 		if !strings.Contains(table.String(), w) {
 			t.Errorf("status table lacks %q:\n%s", w, table.String())
 		}
 	}
 
 	pipelinetest.WriteFile(t, dir, "policy.yaml", ingressSidecarYAML)
-	testutil.Eventually(t, "the deleted policy to leave status", func() bool {
+	testutil.Eventually(t, "the deleted plugin to leave status", func() bool {
 		got, raw = read()
 		return len(got) == 1
 	})

@@ -43,6 +43,9 @@ type meshContent struct {
 	sidecars *sidecarIndex
 	// peers indexes the PeerAuthentications; never nil.
 	peers *peerIndex
+	// authz indexes the AuthorizationPolicies and RequestAuthentications;
+	// nil when there are none.
+	authz *authzIndex
 	// selected: on a mesh scoped for a proxy ([Mesh.ScopeForProxy]), the
 	// DestinationRules with a workloadSelector that select it; nil else.
 	selected map[*DestinationRule]bool

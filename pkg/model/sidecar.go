@@ -176,7 +176,7 @@ func (m *Mesh) ScopeForProxy(ns string, labels map[string]string) *Mesh {
 		config := m.ConfigMemo(scopeConfigKey{ns, scObj, selKey}, func() any { return new(memo) }).(*memo)
 		return &scopedMesh{services: svcs, content: &meshContent{
 			byHost: byHost, rules: m.content.rules, routes: m.content.routes, problems: m.content.problems,
-			settings: m.content.settings, sidecars: m.content.sidecars, peers: m.content.peers, selected: selected, config: config,
+			settings: m.content.settings, sidecars: m.content.sidecars, peers: m.content.peers, authz: m.content.authz, selected: selected, config: config,
 			scoped: true, scopeNS: ns, scopeSidecar: sc,
 		}}
 	}).(*scopedMesh)

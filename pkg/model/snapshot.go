@@ -109,6 +109,12 @@ func (s *Store) rebuild() *Mesh {
 		s.sidecarsDirty = false
 		s.problemsDirty = true
 	}
+	policiesChanged := s.policiesDirty
+	if s.policiesDirty {
+		s.authzIdx = buildAuthzIndex(slices.Collect(maps.Values(s.policies)), s.meshCfg.RootNamespace(), s.meshCfg.Proto().GetExtensionProviders())
+		s.policiesDirty = false
+		s.problemsDirty = true
+	}
 	if s.gatewayAPIRefsSeen != s.gatewayAPIRefsGen {
 		// Gateway API references resolve against the services: convert
 		// again when a Service or ServiceEntry came or went.
@@ -159,7 +165,7 @@ func (s *Store) rebuild() *Mesh {
 		problems = s.problems(r.current())
 		s.problemsDirty = false
 	}
-	if r.byHost == nil && slices.Equal(problems, r.prev.content.problems) && !rulesChanged && !sidecarsChanged && !routingChanged && !peersChanged {
+	if r.byHost == nil && slices.Equal(problems, r.prev.content.problems) && !rulesChanged && !sidecarsChanged && !routingChanged && !peersChanged && !policiesChanged {
 		return r.prev.withSeq(s.applied)
 	}
 	byHost := r.current()
@@ -175,12 +181,12 @@ func (s *Store) rebuild() *Mesh {
 		}
 	}
 	config := r.prev.content.config
-	if r.reorder || r.configChanged || rulesChanged || sidecarsChanged || routingChanged || peersChanged {
+	if r.reorder || r.configChanged || rulesChanged || sidecarsChanged || routingChanged || peersChanged || policiesChanged {
 		config = new(memo)
 	}
 	return &Mesh{Seq: s.applied, Services: services, content: &meshContent{
 		byHost: byHost, config: config, rules: s.ruleIdx, routes: s.routeIdx, problems: problems,
-		settings: s.settings, sidecars: s.sidecarIdx, peers: s.peerIdx,
+		settings: s.settings, sidecars: s.sidecarIdx, peers: s.peerIdx, authz: s.authzIdx,
 	}}
 }
 
@@ -275,6 +281,8 @@ func (s *Store) problems(byHost map[string]*Service) []Problem {
 		out = append(out, s.sidecarIdx.problems...)
 	}
 	out = append(out, s.peerIdx.problems...)
+	out = append(out, s.authzIdx.problems...)
+	out = append(out, s.authzIdx.authzServiceProblems(byHost)...)
 	for k, why := range s.undecodable {
 		out = append(out, Problem{Object: objectName(k), Reason: why})
 	}

@@ -59,6 +59,7 @@ type Store struct {
 	workloads map[ObjectKey]*storedWorkload
 	sidecars  map[ObjectKey]*storedSidecar
 	peers     map[ObjectKey]*storedPeerAuthn
+	policies  map[ObjectKey]*storedPolicy // AuthorizationPolicy, RequestAuthentication (authz.go)
 	// Routing config (virtualservice.go); routingDirty when any changed.
 	virtualServices map[ObjectKey]*VirtualServiceInput
 	gateways        map[ObjectKey]*GatewayInput
@@ -86,10 +87,12 @@ type Store struct {
 	entriesDirty  bool // a ServiceEntry, WorkloadEntry or selected Pod changed
 	sidecarsDirty bool // a Sidecar changed
 	peersDirty    bool // a PeerAuthentication changed
+	policiesDirty bool // an AuthorizationPolicy or RequestAuthentication changed
 	problemsDirty bool
 	ruleIdx       *ruleIndex
 	sidecarIdx    *sidecarIndex // nil without Sidecars
 	peerIdx       *peerIndex    // never nil
+	authzIdx      *authzIndex   // never nil
 	mesh          *Mesh
 }
 
@@ -109,6 +112,7 @@ type entry struct {
 	we                   *storedWorkload
 	sidecar              *storedSidecar
 	peer                 *storedPeerAuthn
+	policy               *storedPolicy
 	vs                   *VirtualServiceInput
 	gw                   *GatewayInput
 	gwapi                *storedGatewayAPI
@@ -149,6 +153,8 @@ func NewStore(opts ...Option) *Store {
 		sidecars:        make(map[ObjectKey]*storedSidecar),
 		peers:           make(map[ObjectKey]*storedPeerAuthn),
 		peerIdx:         emptyPeers,
+		policies:        make(map[ObjectKey]*storedPolicy),
+		authzIdx:        emptyAuthz,
 		virtualServices: make(map[ObjectKey]*VirtualServiceInput),
 		gateways:        make(map[ObjectKey]*GatewayInput),
 		gatewayAPI:      make(map[ObjectKey]*storedGatewayAPI),
@@ -305,7 +311,7 @@ func (s *Store) apply(d *Decoded, seq uint64) error {
 	case pb.Op_OP_ADD, pb.Op_OP_UPDATE:
 		e, err := d.e, d.err
 		if err != nil {
-			if key.Group == GroupNetworking || isUnsupported(key) || key.isPeerAuthentication() {
+			if key.Group == GroupNetworking || isUnsupported(key) || key.isPeerAuthentication() || key.isAuthPolicy() {
 				s.undecodable[key] = fmt.Sprintf("record seq %d cannot be decoded (%v): the previous version, if any, stays", seq, err)
 				s.problemsDirty = true
 			}
@@ -414,6 +420,8 @@ func decode(key ObjectKey, raw []byte) (*entry, error) {
 			return nil, fmt.Errorf("decode PeerAuthentication: %w", err)
 		}
 		return &entry{peer: &storedPeerAuthn{key: key, created: created, spec: spec}}, nil
+	case key.isAuthPolicy():
+		return decodePolicy(key, raw)
 	default:
 		if !json.Valid(raw) {
 			return nil, errors.New("invalid JSON")
@@ -472,6 +480,9 @@ func (s *Store) insert(key ObjectKey, e *entry) {
 	case e.peer != nil:
 		s.peers[key] = e.peer
 		s.peersDirty = true
+	case e.policy != nil:
+		s.policies[key] = e.policy
+		s.policiesDirty = true
 	case e.vs != nil:
 		s.virtualServices[key] = e.vs
 		s.routingDirty = true
@@ -589,6 +600,9 @@ func (s *Store) removeEntry(key ObjectKey, e *entry) {
 	case e.peer != nil:
 		delete(s.peers, key)
 		s.peersDirty = true
+	case e.policy != nil:
+		delete(s.policies, key)
+		s.policiesDirty = true
 	case e.vs != nil:
 		delete(s.virtualServices, key)
 		s.routingDirty = true

@@ -6,8 +6,10 @@
 // naming it, so that frontends log, count and list it like any config
 // they leave out. Its severity says whether leaving it out fails open:
 // an error when the config would refuse traffic that now flows (an
-// AuthorizationPolicy that denies, a JWT check, a Sidecar locking egress
-// down), a warning otherwise.
+// authorizing Wasm plugin, a Sidecar locking egress down), a warning
+// otherwise. AuthorizationPolicies, RequestAuthentications (authz.go) and
+// PeerAuthentications are translated; [Unsupported] lists what of the
+// first two their record alone says is left out.
 package model
 
 import (
@@ -15,7 +17,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 
 	networkingv1 "istio.io/api/networking/v1"
@@ -36,9 +37,7 @@ type GroupKind struct{ Group, Kind string }
 // unsupportedKinds are the kinds ingest records that the model does not
 // translate at all, each with what it makes of one object.
 var unsupportedKinds = map[GroupKind]func(raw []byte) (Severity, string){
-	{GroupSecurity, "AuthorizationPolicy"}:   authorizationPolicyProblem,
-	{GroupSecurity, "RequestAuthentication"}: requestAuthenticationProblem,
-	{GroupNetworking, "EnvoyFilter"}:         fixed("EnvoyFilter is not applied: pilotwire does not patch the config it generates"),
+	{GroupNetworking, "EnvoyFilter"}: fixed("EnvoyFilter is not applied: pilotwire does not patch the config it generates"),
 	{GroupNetworking, "WorkloadGroup"}: fixed("WorkloadGroup is not applied: pilotwire does not register workloads from it or probe their health; " +
 		"WorkloadEntries are read as they are"),
 	{GroupNetworking, "ProxyConfig"}:      fixed("ProxyConfig is not applied: pilotwire does not configure proxies' agents or bootstrap"),
@@ -94,6 +93,9 @@ func Unsupported(rec *pb.ChangeRecord, mc *meshconfig.MeshConfig) []Problem {
 	}
 	ref := rec.GetRef()
 	key := ObjectKey{Cluster: rec.GetCluster(), Group: ref.GetGroup(), Kind: ref.GetKind(), Namespace: ref.GetNamespace(), Name: ref.GetName()}
+	if key.isAuthPolicy() {
+		return authPolicyProblems(key, rec.GetObject(), mc)
+	}
 	if !key.isNetworking(KindSidecar) {
 		return unsupportedProblems(key, rec.GetObject())
 	}
@@ -113,86 +115,9 @@ type policyMeta struct {
 	Annotations map[string]string `json:"annotations"`
 }
 
-const (
-	authzNotEnforced = "AuthorizationPolicy is not enforced (pilotwire does not translate security policies yet): "
-	// dryRunAnnotation is Istio's annotation for a policy that is only
-	// reported, not enforced.
-	dryRunAnnotation = "istio.io/dry-run"
-)
-
-// authzRule is what the problems read of an AuthorizationPolicy rule:
-// one without from, to and when matches every request.
-type authzRule struct {
-	From []json.RawMessage `json:"from"`
-	To   []json.RawMessage `json:"to"`
-	When []json.RawMessage `json:"when"`
-}
-
-// authorizationPolicyProblem says what not enforcing a policy lets
-// through. Enforced, an ALLOW policy refuses what matches none of the
-// ALLOW policies of its workload (all of it without rules), a DENY or
-// CUSTOM policy what its rules match (nothing without rules): only a
-// policy that refuses nothing (AUDIT, ALLOW with a rule that matches
-// everything, DENY or CUSTOM without rules, a dry run) is a warning.
-func authorizationPolicyProblem(raw []byte) (Severity, string) {
-	var obj struct {
-		Metadata policyMeta `json:"metadata"`
-		Spec     struct {
-			Action string      `json:"action"`
-			Rules  []authzRule `json:"rules"`
-		} `json:"spec"`
-	}
-	if err := json.Unmarshal(raw, &obj); err != nil {
-		return SeverityError, authzNotEnforced + fmt.Sprintf("its spec cannot be read (%v): whatever it would refuse is allowed", err)
-	}
-	if dry, err := strconv.ParseBool(obj.Metadata.Annotations[dryRunAnnotation]); err == nil && dry {
-		return SeverityWarning, authzNotEnforced + "it is a dry run (" + dryRunAnnotation + "): nothing changes, but its shadow rules are not reported"
-	}
-	spec := obj.Spec
-	matchesAll := slices.ContainsFunc(spec.Rules, func(r authzRule) bool {
-		return len(r.From) == 0 && len(r.To) == 0 && len(r.When) == 0
-	})
-	switch action := spec.Action; action {
-	case "", "ALLOW":
-		switch {
-		case len(spec.Rules) == 0:
-			return SeverityError, authzNotEnforced + "action ALLOW without rules refuses every request: every request is allowed"
-		case matchesAll:
-			return SeverityWarning, authzNotEnforced + "action ALLOW with a rule that matches every request: nothing changes"
-		}
-		return SeverityError, authzNotEnforced + "action ALLOW: requests that match none of its rules are allowed"
-	case "DENY", "CUSTOM":
-		if len(spec.Rules) == 0 {
-			return SeverityWarning, authzNotEnforced + "action " + action + " without rules matches no request: nothing changes"
-		}
-		if action == "CUSTOM" {
-			return SeverityError, authzNotEnforced + "action CUSTOM: requests are not checked by its provider, and those it would deny are allowed"
-		}
-		return SeverityError, authzNotEnforced + "action DENY: the requests it denies are allowed"
-	case "AUDIT":
-		return SeverityWarning, authzNotEnforced + "action AUDIT: requests are not audited"
-	default:
-		return SeverityError, authzNotEnforced + fmt.Sprintf("action %q is unknown: whatever it would refuse is allowed", action)
-	}
-}
-
-// requestAuthenticationProblem: with JWT rules, a request bearing an
-// invalid token is refused; not enforcing them lets it in.
-func requestAuthenticationProblem(raw []byte) (Severity, string) {
-	const notEnforced = "RequestAuthentication is not enforced (pilotwire does not translate security policies yet)"
-	var obj struct {
-		Spec struct {
-			JWTRules []json.RawMessage `json:"jwtRules"`
-		} `json:"spec"`
-	}
-	if err := json.Unmarshal(raw, &obj); err != nil {
-		return SeverityError, notEnforced + fmt.Sprintf(": its spec cannot be read (%v): requests with invalid tokens are accepted", err)
-	}
-	if len(obj.Spec.JWTRules) == 0 {
-		return SeverityWarning, notEnforced + ": it has no jwtRules, nothing changes"
-	}
-	return SeverityError, notEnforced + ": tokens are not validated, requests with invalid or forged tokens are accepted"
-}
+// dryRunAnnotation is Istio's annotation for an AuthorizationPolicy that
+// is only reported (Envoy's shadow rules), not enforced.
+const dryRunAnnotation = "istio.io/dry-run"
 
 // wasmPluginProblem: a plugin in the AUTHN or AUTHZ phase refuses
 // requests; one in another phase only observes or changes them.

@@ -40,18 +40,19 @@ func TestUnsupportedKinds(t *testing.T) {
 		obj  *unstructuredObj
 		want []Severity // the object's problems' severities, in reason order
 	}{
-		{name: "authz DENY", obj: authz("deny", nil, map[string]any{"action": "DENY", "rules": anyRule}), want: []Severity{E}},
-		{name: "authz DENY without rules matches nothing", obj: authz("deny-none", nil, map[string]any{"action": "DENY"}), want: []Severity{W}},
-		{name: "authz CUSTOM", obj: authz("custom", nil, map[string]any{"action": "CUSTOM", "provider": map[string]any{"name": "ext"}, "rules": anyRule}), want: []Severity{E}},
-		{name: "authz ALLOW", obj: authz("allow", nil, map[string]any{"rules": anyRule}), want: []Severity{E}},
-		{name: "authz ALLOW without rules denies all", obj: authz("allow-nothing", nil, map[string]any{}), want: []Severity{E}},
-		{name: "authz ALLOW without spec denies all", obj: authz("allow-nospec", nil, nil), want: []Severity{E}},
-		{name: "authz ALLOW all", obj: authz("allow-all", nil, map[string]any{"action": "ALLOW", "rules": []any{map[string]any{}}}), want: []Severity{W}},
-		{name: "authz AUDIT", obj: authz("audit", nil, map[string]any{"action": "AUDIT", "rules": anyRule}), want: []Severity{W}},
-		{name: "authz DENY in dry run", obj: authz("dry", map[string]any{"istio.io/dry-run": "true"}, map[string]any{"action": "DENY", "rules": anyRule}), want: []Severity{W}},
-		{name: "authz unreadable spec", obj: authz("bad", nil, map[string]any{"action": 7}), want: []Severity{E}},
-		{name: "request authentication", obj: configObj(GroupSecurity, "RequestAuthentication", "shop", "jwt", nil, map[string]any{"jwtRules": []any{map[string]any{"issuer": "https://issuer.example"}}}), want: []Severity{E}},
-		{name: "request authentication without rules", obj: configObj(GroupSecurity, "RequestAuthentication", "shop", "nojwt", nil, map[string]any{}), want: []Severity{W}},
+		// AuthorizationPolicies are translated: only what they leave out is reported.
+		{name: "authz DENY is translated", obj: authz("deny", nil, map[string]any{"action": "DENY", "rules": anyRule}), want: nil},
+		{name: "authz ALLOW is translated", obj: authz("allow", nil, map[string]any{"rules": anyRule}), want: nil},
+		{name: "authz unknown action", obj: authz("bad", nil, map[string]any{"action": 7}), want: []Severity{E}},
+		{name: "authz CUSTOM provider not in mesh config denies", obj: authz("custom", nil, map[string]any{"action": "CUSTOM", "provider": map[string]any{"name": "ext"}, "rules": anyRule}), want: []Severity{W}},
+		{name: "authz DENY rule with an unknown when key is skipped", obj: authz("deny-when", nil, map[string]any{"action": "DENY", "rules": []any{map[string]any{"when": []any{map[string]any{"key": "source.color", "values": []any{"red"}}}}}}), want: []Severity{E}},
+		{name: "authz ALLOW rule with an unknown when key is skipped", obj: authz("allow-when", nil, map[string]any{"rules": []any{map[string]any{"when": []any{map[string]any{"key": "source.color", "values": []any{"red"}}}}}}), want: []Severity{W}},
+		{name: "authz bad CIDR is dropped", obj: authz("cidr", nil, map[string]any{"action": "DENY", "rules": []any{map[string]any{"from": []any{map[string]any{"source": map[string]any{"ipBlocks": []any{"10.0.0.0/99"}}}}}}}), want: []Severity{W}},
+		{name: "authz path template is dropped", obj: authz("tmpl", nil, map[string]any{"rules": []any{map[string]any{"to": []any{map[string]any{"operation": map[string]any{"paths": []any{"/v1/{*}/x"}}}}}}}), want: []Severity{W}},
+		{name: "authz DENY with targetRefs applies to no sidecar", obj: authz("ref", nil, map[string]any{"action": "DENY", "targetRefs": []any{map[string]any{"kind": "Gateway", "group": "gateway.networking.k8s.io", "name": "gw"}}, "rules": anyRule}), want: []Severity{E}},
+		{name: "request authentication is translated", obj: configObj(GroupSecurity, "RequestAuthentication", "shop", "jwt", nil, map[string]any{"jwtRules": []any{map[string]any{"issuer": "https://issuer.example", "jwks": `{"keys":[]}`}}}), want: nil},
+		{name: "request authentication without keys refuses tokens", obj: configObj(GroupSecurity, "RequestAuthentication", "shop", "nokeys", nil, map[string]any{"jwtRules": []any{map[string]any{"issuer": "https://issuer.example"}}}), want: []Severity{W}},
+		{name: "request authentication without rules", obj: configObj(GroupSecurity, "RequestAuthentication", "shop", "nojwt", nil, map[string]any{}), want: nil},
 		{name: "EnvoyFilter", obj: configObj(GroupNetworking, "EnvoyFilter", "shop", "ef", nil, map[string]any{}), want: []Severity{W}},
 		{name: "WorkloadGroup", obj: configObj(GroupNetworking, "WorkloadGroup", "shop", "wg", nil, map[string]any{}), want: []Severity{W}},
 		{name: "ProxyConfig", obj: configObj(GroupNetworking, "ProxyConfig", "shop", "pc", nil, map[string]any{}), want: []Severity{W}},
@@ -120,11 +121,11 @@ func TestUnsupportedKinds(t *testing.T) {
 func TestUnsupportedReasons(t *testing.T) {
 	s := NewStore()
 	applyAll(t, s,
-		add("c1", authz("deny", nil, map[string]any{"action": "DENY", "rules": []any{map[string]any{"to": []any{map[string]any{"operation": map[string]any{"paths": []any{"/admin"}}}}}}})),
+		add("c1", configObj(groupExtensions, "WasmPlugin", "shop", "authz", nil, map[string]any{"phase": "AUTHZ"})),
 	)
 	want := []Problem{
-		{Object: "c1/AuthorizationPolicy/shop/deny", Severity: SeverityError,
-			Reason: "AuthorizationPolicy is not enforced (pilotwire does not translate security policies yet): action DENY: the requests it denies are allowed"},
+		{Object: "c1/WasmPlugin/shop/authz", Severity: SeverityError,
+			Reason: "WasmPlugin is not applied (pilotwire does not configure Wasm extensions): phase AUTHZ: the requests it would refuse are allowed"},
 	}
 	if diff := cmp.Diff(want, s.Snapshot().Problems()); diff != "" {
 		t.Errorf("problems (-want +got):\n%s", diff)
@@ -135,9 +136,9 @@ func TestUnsupportedReasons(t *testing.T) {
 // not JSON is reported too, and the previous version's problem stays.
 func TestUnsupportedUndecodable(t *testing.T) {
 	s := NewStore()
-	deny := authz("deny", nil, map[string]any{"action": "DENY", "rules": []any{map[string]any{}}})
-	applyAll(t, s, add("c1", deny))
-	bad := upd("c1", deny)
+	wasm := configObj(groupExtensions, "WasmPlugin", "shop", "authz", nil, map[string]any{"phase": "AUTHZ"})
+	applyAll(t, s, add("c1", wasm))
+	bad := upd("c1", wasm)
 	bad.raw = []byte("{not json")
 	if err := s.Apply(bad.proto(t), s.AppliedSeq()+1); err == nil {
 		t.Fatal("Apply of a record that is not JSON: no error")

@@ -12,11 +12,12 @@ import (
 	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
 )
 
-func denyPolicy(name string) map[string]any {
+// authzPlugin is a Wasm plugin in the AUTHZ phase: untranslated, and
+// leaving it out fails open (an error).
+func authzPlugin(name string) map[string]any {
 	return map[string]any{
 		"metadata": map[string]any{"name": name, "namespace": "shop"},
-		"spec": map[string]any{"action": "DENY", "rules": []any{map[string]any{
-			"to": []any{map[string]any{"operation": map[string]any{"paths": []any{"/admin"}}}}}}},
+		"spec":     map[string]any{"phase": "AUTHZ", "url": "oci://example.com/authz:1"},
 	}
 }
 
@@ -52,12 +53,12 @@ func TestUnsupportedConfigReported(t *testing.T) {
 	e.publishObject(t, pb.Op_OP_ADD, serviceRef("web"), service("shop", "web", 80))
 	e.start(t)
 
-	authzRef := &pb.ObjectRef{Group: "security.istio.io", Version: "v1", Kind: "AuthorizationPolicy", Namespace: "shop", Name: "deny-admin"}
-	e.publishObject(t, pb.Op_OP_ADD, authzRef, denyPolicy("deny-admin"))
-	const denyObj = "object=c1/AuthorizationPolicy/shop/deny-admin"
-	testutil.Eventually(t, "the DENY policy logged at error level and in the gauge", func() bool {
+	authzRef := &pb.ObjectRef{Group: "extensions.istio.io", Version: "v1alpha1", Kind: "WasmPlugin", Namespace: "shop", Name: "authz"}
+	e.publishObject(t, pb.Op_OP_ADD, authzRef, authzPlugin("authz"))
+	const denyObj = "object=c1/WasmPlugin/shop/authz"
+	testutil.Eventually(t, "the AUTHZ plugin logged at error level and in the gauge", func() bool {
 		return len(e.log.lines("level=ERROR", "config ignored", denyObj, "severity=error")) == 1 &&
-			testutil.Metric(reg, `pilotwire_ads_config_ignored{kind="AuthorizationPolicy",severity="error"}`) == 1
+			testutil.Metric(reg, `pilotwire_ads_config_ignored{kind="WasmPlugin",severity="error"}`) == 1
 	})
 
 	telRef := &pb.ObjectRef{Group: "telemetry.istio.io", Version: "v1", Kind: "Telemetry", Namespace: "shop", Name: "logs"}
@@ -67,18 +68,18 @@ func TestUnsupportedConfigReported(t *testing.T) {
 			testutil.Metric(reg, `pilotwire_ads_config_ignored{kind="Telemetry",severity="warning"}`) == 1
 	})
 	if n := len(e.log.lines("config ignored", denyObj)); n != 1 {
-		t.Errorf("the DENY policy logged %d times, want once:\n%s", n, strings.Join(e.log.lines(denyObj), "\n"))
+		t.Errorf("the AUTHZ plugin logged %d times, want once:\n%s", n, strings.Join(e.log.lines(denyObj), "\n"))
 	}
 	if got := testutil.Metric(reg, "pilot_total_xds_internal_errors"); got != 2 {
 		t.Errorf("pilot_total_xds_internal_errors = %v, want 2", got)
 	}
 
 	e.publishObject(t, pb.Op_OP_DELETE, authzRef, nil)
-	testutil.Eventually(t, "the deleted policy leaves the gauge", func() bool {
-		return testutil.Metric(reg, `pilotwire_ads_config_ignored{kind="AuthorizationPolicy"}`) == 0
+	testutil.Eventually(t, "the deleted plugin leaves the gauge", func() bool {
+		return testutil.Metric(reg, `pilotwire_ads_config_ignored{kind="WasmPlugin"}`) == 0
 	})
 	if got := testutil.Metric(reg, `pilotwire_ads_config_ignored{kind="Telemetry",severity="warning"}`); got != 1 {
-		t.Errorf("Telemetry gauge after the policy's delete = %v, want 1", got)
+		t.Errorf("Telemetry gauge after the plugin's delete = %v, want 1", got)
 	}
 }
 
@@ -87,7 +88,7 @@ func TestUnsupportedConfigReported(t *testing.T) {
 func TestConfigzShowsUnsupported(t *testing.T) {
 	f := startFrontend(t, func(f *frontend) {
 		f.publish(t, pb.Op_OP_ADD, "", "Service", service("shop", "web", 80))
-		f.publish(t, pb.Op_OP_ADD, "security.istio.io", "AuthorizationPolicy", denyPolicy("deny-admin"))
+		f.publish(t, pb.Op_OP_ADD, "extensions.istio.io", "WasmPlugin", authzPlugin("authz"))
 		f.publish(t, pb.Op_OP_ADD, "networking.istio.io", "Sidecar", sidecarWithIngress("in"))
 	})
 	type ignored struct {
@@ -103,14 +104,14 @@ func TestConfigzShowsUnsupported(t *testing.T) {
 		return len(cz.Ignored) == 2
 	})
 	want := []ignored{
-		{Object: "c1/AuthorizationPolicy/shop/deny-admin", Severity: "error"},
 		{Object: "c1/Sidecar/shop/in", Severity: "warning"},
+		{Object: "c1/WasmPlugin/shop/authz", Severity: "error"},
 	}
 	if diff := cmp.Diff(want, cz.Ignored); diff != "" {
 		t.Errorf("configz ignored (-want +got):\n%s", diff)
 	}
 	testutil.Eventually(t, "the gauge counts them", func() bool {
-		return f.gauge(`pilotwire_ads_config_ignored{kind="AuthorizationPolicy",severity="error"}`) == 1 &&
+		return f.gauge(`pilotwire_ads_config_ignored{kind="WasmPlugin",severity="error"}`) == 1 &&
 			f.gauge(`pilotwire_ads_config_ignored{kind="Sidecar",severity="warning"}`) == 1
 	})
 }

@@ -283,6 +283,10 @@ func buildAuthzIndex(stored []*storedPolicy, root string, providers []*meshv1alp
 			p.authz = ap
 			x.byNS[p.ns] = append(x.byNS[p.ns], p)
 			if ap.Action == AuthzCustom {
+				if !st.dryRun && !ap.NoRules {
+					x.problems = append(x.problems, Problem{Object: obj,
+						Reason: "on proxyless gRPC servers (no ext_authz) action CUSTOM denies the requests its rules match"})
+				}
 				x.custom = append(x.custom, p)
 				if _, err := x.provider(ap.Provider, nil); err != nil {
 					x.problems = append(x.problems, Problem{Object: obj,
@@ -313,6 +317,10 @@ func buildAuthzIndex(stored []*storedPolicy, root string, providers []*meshv1alp
 				x.jwks = append(x.jwks, jwksRef{object: obj, issuer: r.GetIssuer(), uri: r.GetJwksUri()})
 			}
 		}
+		if len(p.jwt) > 0 {
+			x.problems = append(x.problems, Problem{Object: obj,
+				Reason: "on proxyless gRPC servers (no jwt_authn) tokens cannot be validated: requests bearing one in a header are denied"})
+		}
 		x.jwtByNS[p.ns] = append(x.jwtByNS[p.ns], p)
 	}
 	return x
@@ -326,7 +334,7 @@ func authPolicyProblems(key ObjectKey, raw []byte, mc *meshconfig.MeshConfig) []
 	if err != nil {
 		return nil // the model keeps the previous version, and says so
 	}
-	return buildAuthzIndex([]*storedPolicy{e.policy}, mc.RootNamespace(), mc.Proto().GetExtensionProviders()).problems
+	return sortProblems(slices.Clone(buildAuthzIndex([]*storedPolicy{e.policy}, mc.RootNamespace(), mc.Proto().GetExtensionProviders()).problems))
 }
 
 // authorizationPolicySeverity is how bad not applying a policy is (the
@@ -446,6 +454,11 @@ func readAuthzPolicy(obj string, st *storedPolicy) (*AuthzPolicy, []Problem) {
 		for _, d := range rule.drops {
 			report(SeverityWarning, where+d+": "+dropped)
 		}
+		if ap.Action != AuthzAudit && !st.dryRun {
+			for _, f := range rule.grpcUnmatchable() {
+				report(SeverityWarning, where+"on proxyless gRPC servers "+f+": "+dropped)
+			}
+		}
 		ap.Rules = append(ap.Rules, rule.AuthzRule)
 	}
 	return ap, problems
@@ -464,6 +477,10 @@ func readAuthzRule(r *securityv1.Rule, ns string) (*readRule, string) {
 	add := func(list *[]AuthzCondition, f AuthzField, key []string, values, notValues []string) {
 		if len(values) == 0 && len(notValues) == 0 {
 			return
+		}
+		if f == FieldServiceAccounts {
+			// <name> is of the policy's namespace.
+			values, notValues = qualifySA(values, ns), qualifySA(notValues, ns)
 		}
 		c := AuthzCondition{Field: f, Key: key}
 		name := fieldName(f, key)
@@ -549,6 +566,47 @@ func readAuthzRule(r *securityv1.Rule, ns string) (*readRule, string) {
 		out.Permissions = [][]AuthzCondition{basePermission}
 	}
 	return out, ""
+}
+
+// grpcUnmatchable says which conditions of r grpc-go's RBAC cannot match.
+func (r *readRule) grpcUnmatchable() []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, list := range r.Principals {
+		for _, c := range list {
+			why := ""
+			switch {
+			case c.Field.JWT():
+				why = fieldName(c.Field, c.Key) + " cannot be matched (no jwt_authn)"
+			case c.Field == FieldRequestHeader && !GRPCHeader(c.Key[0]):
+				why = fieldName(c.Field, c.Key) + " cannot be matched (grpc-go refuses grpc-* and :scheme header matchers)"
+			}
+			if why != "" && !seen[why] {
+				seen[why] = true
+				out = append(out, why)
+			}
+		}
+	}
+	return out
+}
+
+// GRPCHeader reports whether grpc-go's RBAC takes a matcher on header
+// name.
+func GRPCHeader(name string) bool {
+	n := strings.ToLower(name)
+	return n != ":scheme" && !strings.HasPrefix(n, "grpc-")
+}
+
+// qualifySA writes each service account as <namespace>/<name>.
+func qualifySA(vs []string, ns string) []string {
+	out := make([]string, len(vs))
+	for i, v := range vs {
+		if !strings.Contains(v, "/") {
+			v = ns + "/" + v
+		}
+		out[i] = v
+	}
+	return out
 }
 
 // check keeps the values of field f that generators can enforce and

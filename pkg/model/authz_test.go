@@ -88,6 +88,7 @@ extensionProviders:
 		t.Error("provider gone (service not in the mesh): no error")
 	}
 	want := []Problem{
+		{Object: "c1/AuthorizationPolicy/istio-system/mesh-web", Reason: "on proxyless gRPC servers (no ext_authz) action CUSTOM denies the requests its rules match"},
 		{Object: "c1/AuthorizationPolicy/shop/bad-provider", Reason: `extension provider "gone": service "other/missing.example" is not in the mesh: the requests its rules match are denied, as Istio does`},
 		{Object: "c1/AuthorizationPolicy/shop/ref", Severity: SeverityError,
 			Reason: "targetRefs attach a policy to gateways and waypoints, which pilotwire does not serve: not applied to any workload"},
@@ -121,8 +122,13 @@ func TestRequestAuthenticationSelection(t *testing.T) {
 	if n := len(m.RequestAuthentications("shop", map[string]string{"app": "db"}).Rules); n != 1 {
 		t.Errorf("db: %d rules, want the mesh's 1", n)
 	}
-	want := []Problem{{Object: "c1/RequestAuthentication/shop/web",
-		Reason: "jwtRule of issuer a-issuer: jwksUri host example.com is not a mesh service, so Envoy has no cluster outbound|443||example.com to fetch its keys from and refuses its tokens (add a ServiceEntry for it, as Istio needs)"}}
+	const grpcWarning = "on proxyless gRPC servers (no jwt_authn) tokens cannot be validated: requests bearing one in a header are denied"
+	want := []Problem{
+		{Object: "c1/RequestAuthentication/istio-system/mesh", Reason: grpcWarning},
+		{Object: "c1/RequestAuthentication/shop/web",
+			Reason: "jwtRule of issuer a-issuer: jwksUri host example.com is not a mesh service, so Envoy has no cluster outbound|443||example.com to fetch its keys from and refuses its tokens (add a ServiceEntry for it, as Istio needs)"},
+		{Object: "c1/RequestAuthentication/shop/web", Reason: grpcWarning},
+	}
 	if diff := cmp.Diff(want, m.Problems()); diff != "" {
 		t.Errorf("problems (-want +got):\n%s", diff)
 	}

@@ -28,8 +28,10 @@ import (
 //   - A connection to 15006 itself is dropped (virtualInbound-blackhole).
 
 // virtualInbound builds the listener for what in serves (nil: nothing)
-// under PeerAuthentication pa.
-func virtualInbound(m *model.Mesh, in *inbound, pa model.PeerAuthn) *listenerv3.Listener {
+// under PeerAuthentication pa, every chain but the blackhole running the
+// workload's security filters sec (authz_filters.go; nil: none), as
+// Istio's.
+func virtualInbound(m *model.Mesh, in *inbound, pa model.PeerAuthn, sec *inboundSecurity) *listenerv3.Listener {
 	chains := []*listenerv3.FilterChain{{
 		Name:             VirtualInboundListener + "-blackhole",
 		FilterChainMatch: &listenerv3.FilterChainMatch{DestinationPort: wrapperspb.UInt32(VirtualInboundPort)},
@@ -39,9 +41,9 @@ func virtualInbound(m *model.Mesh, in *inbound, pa model.PeerAuthn) *listenerv3.
 		httpName: VirtualInboundListener + "-catchall-http",
 		tcpName:  VirtualInboundListener,
 		http: func() *listenerv3.Filter {
-			return sidecarManager(InboundPassthroughCluster, "", inboundRoute(m, InboundPassthroughCluster, 0, false), false)
+			return sidecarManager(InboundPassthroughCluster, "", inboundRoute(m, InboundPassthroughCluster, 0, false), false, sec.httpFilters()...)
 		},
-		tcp: func() *listenerv3.Filter { return toCluster(InboundPassthroughCluster) },
+		tcp: func() []*listenerv3.Filter { return sec.network(toCluster(InboundPassthroughCluster)) },
 	}
 	chains = append(chains, passthrough.chains(0, protoAuto, pa.Mode)...)
 	served := make(map[uint32]bool, len(inboundPorts(in)))
@@ -60,9 +62,9 @@ func virtualInbound(m *model.Mesh, in *inbound, pa model.PeerAuthn) *listenerv3.
 			httpName: name,
 			tcpName:  name,
 			http: func() *listenerv3.Filter {
-				return sidecarManager("inbound_"+name, "", inboundRoute(m, cluster, ip.port.Port, isGRPC(ip.port)), ip.proto == protoHTTP2)
+				return sidecarManager("inbound_"+name, "", inboundRoute(m, cluster, ip.port.Port, isGRPC(ip.port)), ip.proto == protoHTTP2, sec.httpFilters()...)
 			},
-			tcp: func() *listenerv3.Filter { return toCluster(cluster) },
+			tcp: func() []*listenerv3.Filter { return sec.network(toCluster(cluster)) },
 		}
 		chains = append(chains, cc.chains(uint32(ip.target), ip.proto, pa.ForPort(uint32(ip.target)))...)
 	}

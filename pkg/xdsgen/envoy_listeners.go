@@ -70,7 +70,7 @@ func envoyListenerSet(m *model.Mesh, in *inbound, mode meshconfig.Mode, ns strin
 		return nil, err
 	}
 	all = append(all, headless...)
-	vi, err := newResource(VirtualInboundListener, virtualInbound(m, in, pa))
+	vi, err := newResource(VirtualInboundListener, virtualInbound(m, in, pa, inboundSecurityFor(m, ns, labels)))
 	if err != nil {
 		return nil, err
 	}

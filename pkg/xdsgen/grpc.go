@@ -3,6 +3,7 @@ package xdsgen
 import (
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
@@ -28,14 +29,14 @@ const GRPCServerListenerPrefix = "xds.istio.io/grpc/lds/inbound/"
 // grpcListenerSet is the client listeners of every service, and, for a
 // proxy whose pod serves ports (in), a server listener per port for each
 // address a server may listen on: 0.0.0.0, [::] and the pod IP.
-func grpcListenerSet(m *model.Mesh, in *inbound, ip string) (*Set, error) {
+func grpcListenerSet(m *model.Mesh, in *inbound, ip string, filters []*hcmv3.HttpFilter) (*Set, error) {
 	all, err := perServiceResources(m, keyGRPCOut, false, grpcListeners)
 	if err != nil {
 		return nil, err
 	}
 	for _, p := range inboundPorts(in) {
 		for _, host := range []string{"0.0.0.0", "::", ip} {
-			l := grpcServerListener(host, p.target)
+			l := grpcServerListener(host, p.target, filters)
 			r, err := newResource(l.Name, l)
 			if err != nil {
 				return nil, err
@@ -48,8 +49,9 @@ func grpcListenerSet(m *model.Mesh, in *inbound, ip string) (*Set, error) {
 
 // grpcServerListener is what a gRPC server listening on host:port serves
 // with: plaintext (pilotwire configures no mTLS), every RPC to the server
-// itself (non_forwarding_action), the router last.
-func grpcServerListener(host string, port int32) *listenerv3.Listener {
+// itself (non_forwarding_action), the authorization filters
+// (grpc_rbac.go), the router last.
+func grpcServerListener(host string, port int32, filters []*hcmv3.HttpFilter) *listenerv3.Listener {
 	name := GRPCServerListenerPrefix + net.JoinHostPort(host, portString(port))
 	hcm := &hcmv3.HttpConnectionManager{
 		StatPrefix: "inbound_" + portString(port),
@@ -64,7 +66,7 @@ func grpcServerListener(host string, port int32) *listenerv3.Listener {
 				}},
 			}},
 		}},
-		HttpFilters: []*hcmv3.HttpFilter{routerFilter()},
+		HttpFilters: append(slices.Clip(filters), routerFilter()),
 	}
 	return &listenerv3.Listener{
 		Name:    name,

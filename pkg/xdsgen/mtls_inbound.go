@@ -95,10 +95,12 @@ func chainOptions(proto protocol, mode model.MTLSMode) []chainOption {
 	}
 }
 
-// inboundChainConfig names a port's chains and builds their filters.
+// inboundChainConfig names a port's chains and builds their filters: the
+// HTTP connection manager, and the network filters ending in tcp_proxy.
 type inboundChainConfig struct {
 	httpName, tcpName string
-	http, tcp         func() *listenerv3.Filter
+	http              func() *listenerv3.Filter
+	tcp               func() []*listenerv3.Filter
 }
 
 // chains are the filter chains of destination port port (0: any) with
@@ -106,7 +108,8 @@ type inboundChainConfig struct {
 func (cc inboundChainConfig) chains(port uint32, proto protocol, mode model.MTLSMode) []*listenerv3.FilterChain {
 	opts := chainOptions(proto, mode)
 	out := make([]*listenerv3.FilterChain, 0, len(opts))
-	var httpFilter, tcpFilter *listenerv3.Filter // built once, shared by the chains
+	var httpFilter *listenerv3.Filter // built once, shared by the chains
+	var tcpFilters []*listenerv3.Filter
 	for _, o := range opts {
 		match := &listenerv3.FilterChainMatch{ApplicationProtocols: o.alpn, TransportProtocol: o.transport}
 		if port != 0 {
@@ -122,10 +125,10 @@ func (cc inboundChainConfig) chains(port uint32, proto protocol, mode model.MTLS
 				fc.TransportSocket = inboundMTLSSocketHTTP()
 			}
 		} else {
-			if tcpFilter == nil {
-				tcpFilter = cc.tcp()
+			if tcpFilters == nil {
+				tcpFilters = cc.tcp()
 			}
-			fc.Name, fc.Filters = cc.tcpName, []*listenerv3.Filter{tcpFilter}
+			fc.Name, fc.Filters = cc.tcpName, tcpFilters
 			if o.mtls {
 				fc.TransportSocket = inboundMTLSSocketTCP()
 			}

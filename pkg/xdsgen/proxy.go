@@ -135,10 +135,13 @@ func generateFor(full *model.Mesh, p Proxy, typeURL string) (*Set, error) {
 	case p.Generator == GRPC && typeURL == resource.ListenerType:
 		in := inboundFor(m, p.IP)
 		if in == nil {
-			return memoSet(m, keyGRPCLDS, false, func() (*Set, error) { return grpcListenerSet(m, nil, "") })
+			return memoSet(m, keyGRPCLDS, false, func() (*Set, error) { return grpcListenerSet(m, nil, "", nil) })
 		}
-		key := proxyKey{gen: GRPC, typeURL: typeURL, inbound: in.grpcKey, ip: p.IP}
-		return memoSet(m, key, false, func() (*Set, error) { return grpcListenerSet(m, in, p.IP) })
+		labels := p.workloadLabels(full)
+		key := proxyKey{gen: GRPC, typeURL: typeURL, inbound: in.grpcKey, ip: p.IP, authz: securityKey(m, p.Namespace, labels)}
+		return memoSet(m, key, false, func() (*Set, error) {
+			return grpcListenerSet(m, in, p.IP, grpcServerFilters(m, p.Namespace, labels))
+		})
 	case p.Generator != Envoy:
 	case p.Type == Router && typeURL == resource.ClusterType:
 		key := proxyKey{gen: Envoy, typeURL: "router-clusters", rules: m.DestinationRuleView(p.Namespace)}
@@ -157,7 +160,8 @@ func generateFor(full *model.Mesh, p Proxy, typeURL string) (*Set, error) {
 		in := inboundFor(m, p.IP)
 		labels := p.workloadLabels(full)
 		pa := full.PeerAuthentication(p.Namespace, labels)
-		key := proxyKey{gen: Envoy, typeURL: typeURL, mode: mode, inbound: in.envoyKey(), ns: m.VirtualServiceView(p.Namespace), labels: labelsKey(m, labels), authn: pa.Key()}
+		key := proxyKey{gen: Envoy, typeURL: typeURL, mode: mode, inbound: in.envoyKey(), ns: m.VirtualServiceView(p.Namespace), labels: labelsKey(m, labels), authn: pa.Key(),
+			authz: securityKey(m, p.Namespace, labels)}
 		// Listeners of headless services follow their endpoints.
 		return memoSet(m, key, hasHeadlessListeners(m), func() (*Set, error) { return envoyListenerSet(m, in, mode, p.Namespace, labels, pa) })
 	case typeURL == resource.RouteType:
@@ -191,6 +195,7 @@ type proxyKey struct {
 	ip      string
 	labels  string
 	authn   string // the workload's PeerAuthentication (model.PeerAuthn.Key)
+	authz   string // the security policies of the workload (securityKey)
 }
 
 var (

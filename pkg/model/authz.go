@@ -271,7 +271,7 @@ func buildAuthzIndex(stored []*storedPolicy, root string, providers []*meshv1alp
 			if len(spec.GetTargetRefs()) > 0 || spec.GetTargetRef() != nil {
 				sev, _ := authorizationPolicySeverity(st.dryRun, spec)
 				x.problems = append(x.problems, Problem{Object: obj, Severity: sev,
-					Reason: "targetRefs attach a policy to gateways and waypoints, which pilotwire does not serve: not applied to any workload"})
+					Reason: "targetRefs attach a policy to gateways and waypoints, to which pilotwire applies no policy (AuthorizationPolicies are applied to sidecars and proxyless gRPC servers only): not applied to any workload"})
 				continue
 			}
 			ap, problems := readAuthzPolicy(obj, st)
@@ -302,7 +302,7 @@ func buildAuthzIndex(stored []*storedPolicy, root string, providers []*meshv1alp
 				sev = SeverityError
 			}
 			x.problems = append(x.problems, Problem{Object: obj, Severity: sev,
-				Reason: "targetRefs attach a policy to gateways and waypoints, which pilotwire does not serve: tokens are not validated"})
+				Reason: "targetRefs attach a policy to gateways and waypoints, to which pilotwire applies no policy (AuthorizationPolicies are applied to sidecars and proxyless gRPC servers only): tokens are not validated"})
 			continue
 		}
 		p.selector = spec.GetSelector().GetMatchLabels()

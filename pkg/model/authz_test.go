@@ -91,7 +91,7 @@ extensionProviders:
 		{Object: "c1/AuthorizationPolicy/istio-system/mesh-web", Reason: "on proxyless gRPC servers (no ext_authz) action CUSTOM denies the requests its rules match"},
 		{Object: "c1/AuthorizationPolicy/shop/bad-provider", Reason: `extension provider "gone": service "other/missing.example" is not in the mesh: the requests its rules match are denied, as Istio does`},
 		{Object: "c1/AuthorizationPolicy/shop/ref", Severity: SeverityError,
-			Reason: "targetRefs attach a policy to gateways and waypoints, which pilotwire does not serve: not applied to any workload"},
+			Reason: "targetRefs attach a policy to gateways and waypoints, to which pilotwire applies no policy (AuthorizationPolicies are applied to sidecars and proxyless gRPC servers only): not applied to any workload"},
 	}
 	if diff := cmp.Diff(want, m.Problems()); diff != "" {
 		t.Errorf("problems (-want +got):\n%s", diff)

@@ -9,6 +9,19 @@ PROTOC_GEN_GO_VERSION := v1.36.12
 STATICCHECK_VERSION := v0.8.2
 GOBIN := $(shell $(GO) env GOPATH)/bin
 TEST_TIMEOUT ?= 15m
+# Build tools (helm, imagebuild) are built from the Go module proxy into
+# this git-ignored cache, once.
+TOOLS_BIN := $(CURDIR)/.cache/tools/bin
+HELM_VERSION := v4.3.2
+HELM := $(TOOLS_BIN)/helm
+CHART := deploy/helm/pilotwire
+# make images: <IMAGE_REGISTRY>/pilotwire-<component>:<IMAGE_TAG>, the names
+# the chart uses (its image.registry and appVersion).
+IMAGE_REGISTRY ?= pilotwire
+IMAGE_TAG ?= $(shell sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$$/\1/p' $(CHART)/Chart.yaml)
+# image=binary: the four services, the CLI (the chart's streams Job) and the
+# CA once its command exists.
+IMAGES := ingest=ingest debouncer=debouncer pusher=pusher ads=ads cli=pilotwire $(if $(wildcard services/ca/cmd/ca),ca=ca)
 # make fuzz: how long each fuzz target runs, a duration or an execution
 # count (Nx; the issue asks 10m each before a release). CI uses a count:
 # Go 1.26's fuzz coordinator can fail a target with "context deadline
@@ -36,7 +49,7 @@ FUZZ_TARGETS := \
 	./services/ads:FuzzDeltaRequests \
 	./services/ads:FuzzUnmarshalRequest
 
-.PHONY: help build run test test-short test-faults check-tree check-deps proto proto-check lint vet tidy-check tools k8s-binaries bench bench-full bench-go fuzz clean
+.PHONY: help build run images helm chart-check test test-short test-faults check-tree check-deps proto proto-check lint vet tidy-check tools k8s-binaries bench bench-full bench-go fuzz clean
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -50,6 +63,20 @@ build: ## build the six binaries (ingest, debouncer, pusher, ads, ca, pilotwire)
 	$(GO) build -o $(BIN)/ca ./services/ca/cmd/ca
 	$(GO) build -o $(BIN)/pilotwire ./cmd/pilotwire
 	$(GO) build -o $(BIN)/pwbench ./bench/cmd/pwbench
+
+images: ## build one image per service (static, non-root, on an empty base) into bin/images/*.tar; IMAGE_REGISTRY, IMAGE_TAG, IMAGES_PUSH=1 pushes
+	@mkdir -p $(BIN)/static $(BIN)/images
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w" -o $(BIN)/static/ $(foreach i,$(IMAGES),$(if $(filter pilotwire,$(lastword $(subst =, ,$(i)))),./cmd/pilotwire,./services/$(lastword $(subst =, ,$(i)))/cmd/$(lastword $(subst =, ,$(i)))))
+	cd hack/imagebuild && GOWORK=off CGO_ENABLED=0 $(GO) build -o $(TOOLS_BIN)/imagebuild .
+	SOURCE_DATE_EPOCH=$$(git log -1 --format=%ct 2>/dev/null || echo 0) $(TOOLS_BIN)/imagebuild \
+		--bin-dir $(BIN)/static --out $(BIN)/images --registry $(IMAGE_REGISTRY) --tag $(IMAGE_TAG) \
+		--labels org.opencontainers.image.revision=$$(git rev-parse HEAD 2>/dev/null),org.opencontainers.image.source=https://github.com/pilotwire/pilotwire \
+		$(if $(IMAGES_PUSH),--push) $(foreach i,$(IMAGES),pilotwire-$(i))
+
+helm: ## install helm $(HELM_VERSION) into .cache/tools/bin (built from the Go module proxy the first time: minutes)
+	@test -x $(HELM) && $(GO) version -m $(HELM) | grep -qE "^\s+mod\s+helm.sh/helm/v4\s+$(HELM_VERSION)\s" || { \
+		echo "helm: building $(HELM_VERSION) into $(TOOLS_BIN) (a few minutes the first time)"; \
+		GOWORK=off GOBIN=$(TOOLS_BIN) CGO_ENABLED=0 $(GO) install -trimpath -ldflags "-s -w" helm.sh/helm/v4/cmd/helm@$(HELM_VERSION); }
 
 run: build ## run embedded NATS and the four services on deploy/examples (Ctrl-C stops)
 	$(BIN)/pilotwire up --config-dir deploy/examples --data-dir .data

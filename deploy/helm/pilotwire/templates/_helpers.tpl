@@ -74,6 +74,9 @@ files (mounted by pilotwire.natsVolumeMounts).
   value: {{ include "pilotwire.natsURL" .root | quote }}
 - name: PILOTWIRE_PREFIX
   value: {{ $c.prefix | quote }}
+{{- if not (has $c.auth.mode (list "none" "creds" "nkey" "password")) }}
+{{- fail (printf "natsClient.auth.mode %q: want none, creds, nkey or password" $c.auth.mode) }}
+{{- end }}
 {{- if ne $c.auth.mode "none" }}
 {{- if not $a.secretName }}
 {{- fail (printf "natsClient.auth.%s.secretName is required with natsClient.auth.mode %s" .user $c.auth.mode) }}
@@ -89,8 +92,6 @@ files (mounted by pilotwire.natsVolumeMounts).
   value: {{ $a.user | quote }}
 - name: PILOTWIRE_NATS_PASSWORD_FILE
   value: /etc/pilotwire/nats/auth/{{ $a.key }}
-{{- else }}
-{{- fail (printf "natsClient.auth.mode %q: want none, creds, nkey or password" $c.auth.mode) }}
 {{- end }}
 {{- if and $a.user (ne $c.auth.mode "password") }}
 - name: PILOTWIRE_NATS_INBOX_PREFIX

@@ -46,6 +46,12 @@ var (
 		gvkService.GroupKind(), gvkNamespace.GroupKind()}
 )
 
+// StatusWriteKinds are the kinds whose status the writer writes (the
+// update verb on their status subresource is all the RBAC it needs;
+// deploy/helmtest checks the chart grants exactly that). write refuses any
+// other kind, so this list cannot fall behind the code.
+var StatusWriteKinds = []schema.GroupKind{gkGateway, gkHTTPRoute, gkGRPCRoute}
+
 type statusMetrics struct {
 	writes   *prometheus.CounterVec
 	failures prometheus.Counter
@@ -336,6 +342,9 @@ func (w *statusWriter) sync(ctx context.Context) error {
 // status struct), at the version of gk the cluster watches: a conflict
 // means a newer version is on its way, and the retry uses it.
 func (w *statusWriter) write(ctx context.Context, gk schema.GroupKind, u *unstructured.Unstructured, status any, kind string) error {
+	if !slices.Contains(StatusWriteKinds, gk) {
+		return fmt.Errorf("write %s %s/%s status: %s is not in StatusWriteKinds", kind, u.GetNamespace(), u.GetName(), kindLabel(gk))
+	}
 	f := w.kinds[gk]
 	if f == nil {
 		return fmt.Errorf("write %s %s/%s status: the kind is no longer watched", kind, u.GetNamespace(), u.GetName())

@@ -94,10 +94,25 @@ func helmErr(t testing.TB, args ...string) (string, error) {
 	return stdout.String(), nil
 }
 
-// render runs `helm template` on the chart with values (flattened to
-// --set-json flags) in namespace ns and returns the objects, hooks
-// included.
+// render runs `helm template` on the chart with values in namespace ns
+// and returns the objects, hooks included.
 func render(t testing.TB, release, ns string, values map[string]any) []*unstructured.Unstructured {
+	t.Helper()
+	docs := renderDocs(t, release, ns, values)
+	out := make([]*unstructured.Unstructured, len(docs))
+	for i, d := range docs {
+		out[i] = d.obj
+	}
+	return out
+}
+
+// doc is one rendered manifest: its YAML as helm wrote it and the object.
+type doc struct {
+	raw []byte
+	obj *unstructured.Unstructured
+}
+
+func renderDocs(t testing.TB, release, ns string, values map[string]any) []doc {
 	t.Helper()
 	args := []string{"template", release, chartDir, "--namespace", ns}
 	if len(values) > 0 {
@@ -111,29 +126,29 @@ func render(t testing.TB, release, ns string, values map[string]any) []*unstruct
 		}
 		args = append(args, "--values", f)
 	}
-	objs, err := decodeManifests(helm(t, args...))
+	docs, err := decodeManifests(helm(t, args...))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return objs
+	return docs
 }
 
 // decodeManifests splits a multi-document YAML stream into objects.
-func decodeManifests(s string) ([]*unstructured.Unstructured, error) {
-	var out []*unstructured.Unstructured
-	for doc := range strings.SplitSeq(s, "\n---") {
+func decodeManifests(s string) ([]doc, error) {
+	var out []doc
+	for raw := range strings.SplitSeq(s, "\n---") {
 		var m map[string]any
-		if err := yaml.Unmarshal([]byte(doc), &m); err != nil {
-			return nil, fmt.Errorf("decode %q: %w", head(doc), err)
+		if err := yaml.Unmarshal([]byte(raw), &m); err != nil {
+			return nil, fmt.Errorf("decode %q: %w", head(raw), err)
 		}
 		if len(m) == 0 {
 			continue
 		}
 		u := &unstructured.Unstructured{Object: m}
 		if u.GetKind() == "" || u.GetName() == "" {
-			return nil, fmt.Errorf("document without kind or name: %q", head(doc))
+			return nil, fmt.Errorf("document without kind or name: %q", head(raw))
 		}
-		out = append(out, u)
+		out = append(out, doc{raw: []byte(raw), obj: u})
 	}
 	if len(out) == 0 {
 		return nil, errors.New("no objects rendered")

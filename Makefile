@@ -4,7 +4,7 @@ GO ?= go
 BIN := bin
 # Two modules: the product at the root, the benchmark harness in bench/.
 PKGS := ./... ./bench/...
-GOFMT_DIRS := proto pkg services cmd internal e2e bench
+GOFMT_DIRS := proto pkg services cmd internal e2e bench deploy hack
 PROTOC_GEN_GO_VERSION := v1.36.12
 STATICCHECK_VERSION := v0.8.2
 GOBIN := $(shell $(GO) env GOPATH)/bin
@@ -49,7 +49,7 @@ FUZZ_TARGETS := \
 	./services/ads:FuzzDeltaRequests \
 	./services/ads:FuzzUnmarshalRequest
 
-.PHONY: help build run images helm chart-check test test-short test-faults check-tree check-deps proto proto-check lint vet tidy-check tools k8s-binaries bench bench-full bench-go fuzz clean
+.PHONY: help build run images helm test test-short test-faults check-tree check-deps proto proto-check lint vet tidy-check tools k8s-binaries bench bench-full bench-go fuzz clean
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -102,24 +102,27 @@ check-tree: ## fail on any tracked file over 1 MiB or any tracked executable bin
 check-deps: ## fail when a product binary links benchmark or test packages
 	hack/check-deps.sh
 
-vet: ## go vet both modules
+vet: ## go vet both modules and hack/imagebuild
 	$(GO) vet $(PKGS)
+	cd hack/imagebuild && GOWORK=off $(GO) vet ./...
 
 lint: vet ## go vet, staticcheck and a gofmt check
 	@test -x $(GOBIN)/staticcheck && $(GOBIN)/staticcheck -version | grep -q $(STATICCHECK_VERSION:v%=%) || \
 		$(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 	$(GOBIN)/staticcheck $(PKGS)
+	cd hack/imagebuild && GOWORK=off $(GOBIN)/staticcheck ./...
 	@out=$$(gofmt -l $(GOFMT_DIRS)); test -z "$$out" || { echo "gofmt needed:"; echo "$$out"; exit 1; }
 
 tidy-check: ## build each module on its own (GOWORK=off) and fail when go.mod or go.sum is untidy
-	@for m in . bench; do (cd $$m && GOWORK=off $(GO) build ./... && GOWORK=off $(GO) mod tidy -diff >/dev/null) || { echo "module $$m does not build alone or is not tidy (go mod tidy)"; exit 1; }; done
+	@for m in . bench hack/imagebuild; do (cd $$m && GOWORK=off $(GO) build ./... && GOWORK=off $(GO) mod tidy -diff >/dev/null) || { echo "module $$m does not build alone or is not tidy (go mod tidy)"; exit 1; }; done
 	@echo "modules: each builds with GOWORK=off and is tidy"
 
 k8s-binaries: ## build etcd and kube-apiserver for the Kubernetes tests into .cache/k8s/bin (cached)
 	hack/k8s-binaries.sh
 
-test: check-tree proto-check lint tidy-check check-deps build k8s-binaries ## run every check and test (with -race)
-	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
+test: check-tree proto-check lint tidy-check check-deps build k8s-binaries helm images ## run every check and test (with -race)
+	PILOTWIRE_HELM=$(HELM) $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
+	cd hack/imagebuild && GOWORK=off $(GO) test -race -count=1 ./...
 
 test-faults: build ## the fault matrix: 3-node NATS cluster, services as processes, 500 proxies, kill -9, SIGSTOP, partition (~3 min after the build; docs/reliability.md)
 	$(GO) build -o $(BIN)/nats-server github.com/nats-io/nats-server/v2

@@ -90,8 +90,9 @@ func (c *cluster) apply(ctx context.Context, t *testing.T, docs []doc, dryRun bo
 
 // TestApply applies every variant's manifests to a real kube-apiserver:
 // first a server-side dry run (which must store nothing), then for real,
-// and reads each object back. Then it checks the RBAC the default variant
-// granted with SubjectAccessReviews (rbac_test.go).
+// and reads each object back. Then it validates them on the client side
+// against the server's OpenAPI schemas (schema_test.go) and checks the
+// RBAC they granted with SubjectAccessReviews (rbac_test.go).
 func TestApply(t *testing.T) {
 	helmBin(t) // fail or skip before starting a cluster
 	c := startCluster(t)
@@ -136,6 +137,7 @@ func TestApply(t *testing.T) {
 		return
 	}
 
+	t.Run("openapi", func(t *testing.T) { testSchema(t, c) })
 	t.Run("rbac", func(t *testing.T) { testRBAC(ctx, t, c, "pw-default", "pw-default") })
 	t.Run("rbac-full", func(t *testing.T) { testRBAC(ctx, t, c, "pw-full", "istio-system") })
 	t.Run("rbac-ca", func(t *testing.T) { testCARBAC(ctx, t, c, "pw-full") })

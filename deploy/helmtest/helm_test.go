@@ -201,6 +201,26 @@ func TestRenderedShape(t *testing.T) {
 		t.Errorf("cluster-secrets Role in %q", ns)
 	}
 
+	// Without status writes, no status RBAC and the writer is off; without
+	// the Gateway API, none of its kinds.
+	for _, tc := range []struct {
+		gw     map[string]any
+		arg    string
+		denied string
+	}{
+		{gw: map[string]any{"writeStatus": false}, arg: "--gateway-status-debounce=-1s", denied: "/status"},
+		{gw: map[string]any{"enabled": false}, arg: "--enable-gateway-api=false", denied: "gateway.networking.k8s.io"},
+	} {
+		objs := render(t, "pw", "pilotwire", map[string]any{"ingest": map[string]any{"gatewayAPI": tc.gw}})
+		if args := containerArgs(t, find(t, objs, "Deployment", "pw-pilotwire-ingest")); !slices.Contains(args, tc.arg) {
+			t.Errorf("gatewayAPI %v: ingest args %v, want %s", tc.gw, args, tc.arg)
+		}
+		b, _ := yaml.Marshal(find(t, objs, "ClusterRole", "pw-pilotwire-ingest-pilotwire").Object["rules"])
+		if strings.Contains(string(b), tc.denied) {
+			t.Errorf("gatewayAPI %v: ingest's ClusterRole still names %s:\n%s", tc.gw, tc.denied, b)
+		}
+	}
+
 	// pilotwire-nats: the URL names the bundled NATS's Service, whatever
 	// the release is called, and the streams Job waits for it.
 	for release, url := range map[string]string{"mesh": "nats://mesh-nats.pilotwire.svc:4222", "nats-a": "nats://nats-a.pilotwire.svc:4222"} {

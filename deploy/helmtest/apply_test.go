@@ -138,8 +138,10 @@ func TestApply(t *testing.T) {
 	}
 
 	t.Run("openapi", func(t *testing.T) { testSchema(t, c) })
-	t.Run("rbac", func(t *testing.T) { testRBAC(ctx, t, c, "pw-default", "pw-default") })
-	t.Run("rbac-full", func(t *testing.T) { testRBAC(ctx, t, c, "pw-full", "istio-system") })
+	t.Run("rbac", func(t *testing.T) {
+		testRBAC(ctx, t, c, "pw-default", "pw-default", "ingest", "debouncer", "pusher", "ads")
+	})
+	t.Run("rbac-full", func(t *testing.T) { testRBAC(ctx, t, c, "pw-full", "istio-system", "ingest") })
 	t.Run("rbac-ca", func(t *testing.T) { testCARBAC(ctx, t, c, "pw-full") })
 }
 

@@ -208,13 +208,13 @@ func matrix(res []resourceInfo, namespaces []string) []access {
 	return out
 }
 
-// testRBAC checks the chart's ServiceAccounts in release namespace ns:
+// testRBAC checks the chart's ServiceAccounts sas in release namespace ns:
 // ingest may do exactly what ingestWants says (a grant for all namespaces
 // shows in each namespace too) and nothing else; the debouncer, the pusher
 // and the frontends may do nothing at all. "Nothing" is beyond what every
 // authenticated user may do (a ServiceAccount with no binding is the
 // baseline).
-func testRBAC(ctx context.Context, t *testing.T, c *cluster, ns, secretsNS string) {
+func testRBAC(ctx context.Context, t *testing.T, c *cluster, ns, secretsNS string, sas ...string) {
 	namespaces := []string{"", ns, secretsNS, "elsewhere"}
 	slices.Sort(namespaces)
 	namespaces = slices.Compact(namespaces)
@@ -237,7 +237,7 @@ func testRBAC(ctx context.Context, t *testing.T, c *cluster, ns, secretsNS strin
 		}
 	}
 
-	for _, sa := range []string{"ingest", "debouncer", "pusher", "ads"} {
+	for _, sa := range sas {
 		t.Run(sa, func(t *testing.T) {
 			user, groups := saUser(ns, "pw-pilotwire-"+sa)
 			rv := reviewer{c: c, user: user, groups: groups}

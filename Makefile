@@ -73,7 +73,7 @@ images: ## build one image per service (static, non-root, on an empty base) into
 		--labels org.opencontainers.image.revision=$$(git rev-parse HEAD 2>/dev/null),org.opencontainers.image.source=https://github.com/pilotwire/pilotwire \
 		$(if $(IMAGES_PUSH),--push) $(foreach i,$(IMAGES),pilotwire-$(i))
 
-helm: ## install helm $(HELM_VERSION) into .cache/tools/bin (built from the Go module proxy the first time: minutes)
+helm: ## install the pinned helm (HELM_VERSION) into .cache/tools/bin (built from the Go module proxy the first time: minutes)
 	@test -x $(HELM) && $(GO) version -m $(HELM) | grep -qE "^\s+mod\s+helm.sh/helm/v4\s+$(HELM_VERSION)\s" || { \
 		echo "helm: building $(HELM_VERSION) into $(TOOLS_BIN) (a few minutes the first time)"; \
 		GOWORK=off GOBIN=$(TOOLS_BIN) CGO_ENABLED=0 $(GO) install -trimpath -ldflags "-s -w" helm.sh/helm/v4/cmd/helm@$(HELM_VERSION); }

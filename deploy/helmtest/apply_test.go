@@ -23,10 +23,11 @@ import (
 
 // cluster is a test kube-apiserver with the clients the tests use.
 type cluster struct {
-	cfg    *rest.Config
-	cs     kubernetes.Interface
-	dyn    dynamic.Interface
-	mapper meta.RESTMapper
+	kubeconfig string
+	cfg        *rest.Config
+	cs         kubernetes.Interface
+	dyn        dynamic.Interface
+	mapper     meta.RESTMapper
 }
 
 func startCluster(t *testing.T) *cluster {
@@ -36,10 +37,11 @@ func startCluster(t *testing.T) *cluster {
 	cfg.QPS, cfg.Burst = -1, 0 // the RBAC matrix sends a few thousand reviews
 	cs := kubernetes.NewForConfigOrDie(cfg)
 	return &cluster{
-		cfg:    cfg,
-		cs:     cs,
-		dyn:    dynamic.NewForConfigOrDie(cfg),
-		mapper: restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(cs.Discovery())),
+		kubeconfig: c.Kubeconfig,
+		cfg:        cfg,
+		cs:         cs,
+		dyn:        dynamic.NewForConfigOrDie(cfg),
+		mapper:     restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(cs.Discovery())),
 	}
 }
 
@@ -137,6 +139,7 @@ func TestApply(t *testing.T) {
 		return
 	}
 
+	t.Run("helm-install", func(t *testing.T) { testHelmLifecycle(ctx, t, c) })
 	t.Run("openapi", func(t *testing.T) { testSchema(t, c) })
 	t.Run("rbac", func(t *testing.T) {
 		testRBAC(ctx, t, c, "pw-default", "pw-default", "ingest", "debouncer", "pusher", "ads")
@@ -150,4 +153,40 @@ func TestApply(t *testing.T) {
 func saUser(ns, name string) (string, []string) {
 	return fmt.Sprintf("system:serviceaccount:%s:%s", ns, name),
 		[]string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"}
+}
+
+// testHelmLifecycle installs, upgrades and uninstalls the chart with helm
+// itself against the API server (hooks off: the streams Job would wait for
+// a Job controller this cluster does not run), so helm's own checks run
+// too (kubeVersion against the real server, ownership of what it applies).
+func testHelmLifecycle(ctx context.Context, t *testing.T, c *cluster) {
+	const ns, rel = "pw-helm", "pwh"
+	kc := "--kubeconfig=" + c.kubeconfig
+	helm(t, "install", rel, chartDir, "-n", ns, "--create-namespace", kc, "--no-hooks", "--timeout=60s")
+	deps := func() []string {
+		l, err := c.cs.AppsV1().Deployments(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, d := range l.Items {
+			out = append(out, d.Name)
+		}
+		slices.Sort(out)
+		return out
+	}
+	if got, want := deps(), []string{"pwh-pilotwire-ads", "pwh-pilotwire-debouncer", "pwh-pilotwire-ingest", "pwh-pilotwire-pusher"}; !slices.Equal(got, want) {
+		t.Errorf("after install: Deployments %v, want %v", got, want)
+	}
+	helm(t, "upgrade", rel, chartDir, "-n", ns, kc, "--no-hooks", "--timeout=60s", "--set", "ca.enabled=true")
+	if got := deps(); !slices.Contains(got, "pwh-pilotwire-ca") {
+		t.Errorf("after the upgrade with the CA: Deployments %v", got)
+	}
+	helm(t, "uninstall", rel, "-n", ns, kc, "--timeout=60s")
+	if got := deps(); len(got) != 0 {
+		t.Errorf("after uninstall: Deployments %v", got)
+	}
+	if _, err := c.cs.RbacV1().ClusterRoles().Get(ctx, "pwh-pilotwire-ingest-"+ns, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("ingest's ClusterRole after uninstall: %v", err)
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -34,7 +35,8 @@ func startCluster(t *testing.T) *cluster {
 	t.Helper()
 	c := k8stest.Start(t)
 	cfg := rest.CopyConfig(c.Config)
-	cfg.QPS, cfg.Burst = -1, 0 // the RBAC matrix sends a few thousand reviews
+	cfg.QPS, cfg.Burst = -1, 0     // the RBAC matrix sends a few thousand reviews
+	cfg.Timeout = 30 * time.Second // bounds the calls that take no context (OpenAPI discovery)
 	cs := kubernetes.NewForConfigOrDie(cfg)
 	return &cluster{
 		kubeconfig: c.Kubeconfig,

@@ -147,7 +147,7 @@ func TestApply(t *testing.T) {
 		testRBAC(ctx, t, c, "pw-default", "pw-default", "ingest", "debouncer", "pusher", "ads")
 	})
 	t.Run("rbac-full", func(t *testing.T) { testRBAC(ctx, t, c, "pw-full", "istio-system", "ingest") })
-	t.Run("rbac-ca", func(t *testing.T) { testCARBAC(ctx, t, c, "pw-full") })
+	t.Run("rbac-ca", func(t *testing.T) { testCARBAC(ctx, t, c, "pw-full", "istio-system") })
 }
 
 // saUser is the user name of a ServiceAccount, as SubjectAccessReviews and

@@ -19,7 +19,7 @@ func variants(t testing.TB) map[string]map[string]any {
 	return map[string]map[string]any{
 		"default": nil,
 		"full": {
-			"ca": map[string]any{"enabled": true},
+			"ca": map[string]any{"enabled": true, "namespace": "istio-system"},
 			"ads": map[string]any{
 				"autoscaling": map[string]any{"connections": map[string]any{"enabled": true}},
 				"meshConfig":  map[string]any{"outboundTrafficPolicy": map[string]any{"mode": "REGISTRY_ONLY"}},

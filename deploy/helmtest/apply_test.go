@@ -144,9 +144,9 @@ func TestApply(t *testing.T) {
 	t.Run("helm-install", func(t *testing.T) { testHelmLifecycle(ctx, t, c) })
 	t.Run("openapi", func(t *testing.T) { testSchema(t, c) })
 	t.Run("rbac", func(t *testing.T) {
-		testRBAC(ctx, t, c, "pw-default", "pw-default", "ingest", "debouncer", "pusher", "ads")
+		testRBAC(ctx, t, c, "pw-default", "pw-default", true, "ingest", "debouncer", "pusher", "ads")
 	})
-	t.Run("rbac-full", func(t *testing.T) { testRBAC(ctx, t, c, "pw-full", "istio-system", "ingest") })
+	t.Run("rbac-full", func(t *testing.T) { testRBAC(ctx, t, c, "pw-full", "istio-system", false, "ingest", "ads") })
 	t.Run("rbac-ca", func(t *testing.T) { testCARBAC(ctx, t, c, "pw-full", "istio-system") })
 }
 

@@ -24,6 +24,9 @@ func variants(t testing.TB) map[string]map[string]any {
 				"autoscaling": map[string]any{"connections": map[string]any{"enabled": true}},
 				"meshConfig":  map[string]any{"outboundTrafficPolicy": map[string]any{"mode": "REGISTRY_ONLY"}},
 				"tls":         map[string]any{"secretName": "xds-tls", "clientCASecret": "xds-client-ca", "trustDomain": "cluster.local"},
+				// Frontends without API access: the RBAC test checks
+				// they then get none.
+				"gatewayCredentials": map[string]any{"enabled": false},
 			},
 			"ingest": map[string]any{"clusterSecrets": map[string]any{"namespace": "istio-system"}},
 			"natsClient": map[string]any{

@@ -93,6 +93,18 @@ func ingestWants(t *testing.T, c *cluster, secretsNS string) []access {
 	return out
 }
 
+// adsWants is what a frontend's ServiceAccount must be allowed while it
+// serves gateway credentials over SDS (services/ads secrets.go): list and
+// watch of Secrets in every namespace, and SubjectAccessReviews to check
+// that a gateway may read the Secret it names.
+func adsWants() []access {
+	return []access{
+		{resource: "secrets", verb: "list"},
+		{resource: "secrets", verb: "watch"},
+		{group: "authorization.k8s.io", resource: "subjectaccessreviews", verb: "create"},
+	}
+}
+
 // universe is every (group, resource, subresource) the API server serves,
 // with whether it is namespaced, plus the CRD-backed kinds ingest watches
 // (not installed on the test server) and their status.
@@ -210,11 +222,12 @@ func matrix(res []resourceInfo, namespaces []string) []access {
 
 // testRBAC checks the chart's ServiceAccounts sas in release namespace ns:
 // ingest may do exactly what ingestWants says (a grant for all namespaces
-// shows in each namespace too) and nothing else; the debouncer, the pusher
-// and the frontends may do nothing at all. "Nothing" is beyond what every
-// authenticated user may do (a ServiceAccount with no binding is the
-// baseline).
-func testRBAC(ctx context.Context, t *testing.T, c *cluster, ns, secretsNS string, sas ...string) {
+// shows in each namespace too) and nothing else; the frontends exactly
+// what adsWants says when the release serves gateway credentials
+// (gatewayCredentials), else nothing; the debouncer and the pusher nothing
+// at all. "Nothing" is beyond what every authenticated user may do (a
+// ServiceAccount with no binding is the baseline).
+func testRBAC(ctx context.Context, t *testing.T, c *cluster, ns, secretsNS string, gatewayCredentials bool, sas ...string) {
 	namespaces := []string{"", ns, secretsNS, "elsewhere"}
 	slices.Sort(namespaces)
 	namespaces = slices.Compact(namespaces)
@@ -223,42 +236,49 @@ func testRBAC(ctx context.Context, t *testing.T, c *cluster, ns, secretsNS strin
 	baseUser, baseGroups := saUser(ns, "no-bindings")
 	baseline := reviewer{c: c, user: baseUser, groups: baseGroups}.allowedOf(ctx, t, all)
 
-	wants := ingestWants(t, c, secretsNS)
-	want := map[access]bool{}
-	for _, w := range wants {
-		if w.ns != "" {
-			want[w] = true
-			continue
+	// What each service's code needs; the others need nothing.
+	wantsOf := map[string][]access{"ingest": ingestWants(t, c, secretsNS)}
+	if gatewayCredentials {
+		wantsOf["ads"] = adsWants()
+	}
+	expand := func(wants []access) map[access]bool {
+		want := map[access]bool{}
+		for _, w := range wants {
+			if w.ns != "" {
+				want[w] = true
+				continue
+			}
+			// A cluster-wide grant also allows the request in each namespace.
+			for _, n := range namespaces {
+				w.ns = n
+				want[w] = true
+			}
 		}
-		// A cluster-wide grant also allows the request in each namespace.
-		for _, n := range namespaces {
-			w.ns = n
-			want[w] = true
-		}
+		return want
 	}
 
 	for _, sa := range sas {
 		t.Run(sa, func(t *testing.T) {
+			wants := wantsOf[sa]
+			want := expand(wants)
 			user, groups := saUser(ns, "pw-pilotwire-"+sa)
 			rv := reviewer{c: c, user: user, groups: groups}
 			got := rv.allowedOf(ctx, t, all)
 			var extra, missing []string
 			for a := range got {
-				if !baseline[a] && !(sa == "ingest" && want[a]) {
+				if !baseline[a] && !want[a] {
 					extra = append(extra, a.String())
 				}
 			}
-			if sa == "ingest" {
-				// wants may name accesses outside the matrix (CRD kinds'
-				// cluster-wide list); review those directly.
-				for _, w := range wants {
-					ok, err := rv.allowed(ctx, w)
-					if err != nil {
-						t.Fatal(err)
-					}
-					if !ok {
-						missing = append(missing, w.String())
-					}
+			// wants may name accesses outside the matrix (CRD kinds'
+			// cluster-wide list); review those directly.
+			for _, w := range wants {
+				ok, err := rv.allowed(ctx, w)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !ok {
+					missing = append(missing, w.String())
 				}
 			}
 			sort.Strings(extra)

@@ -314,16 +314,7 @@ func headerList(names []string) *matcherv3.ListStringMatcher {
 	}
 	out := &matcherv3.ListStringMatcher{}
 	for _, n := range names {
-		m := &matcherv3.StringMatcher{IgnoreCase: true}
-		switch {
-		case strings.HasPrefix(n, "*"):
-			m.MatchPattern = &matcherv3.StringMatcher_Suffix{Suffix: n[1:]}
-		case strings.HasSuffix(n, "*"):
-			m.MatchPattern = &matcherv3.StringMatcher_Prefix{Prefix: strings.TrimSuffix(n, "*")}
-		default:
-			m.MatchPattern = &matcherv3.StringMatcher_Exact{Exact: n}
-		}
-		out.Patterns = append(out.Patterns, m)
+		out.Patterns = append(out.Patterns, affixMatcher(n, true))
 	}
 	return out
 }

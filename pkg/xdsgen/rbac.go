@@ -346,6 +346,12 @@ func headerMatcher(name, v string, ignoreCase bool) *routev3.HeaderMatcher {
 	if v == "*" {
 		return &routev3.HeaderMatcher{Name: name, HeaderMatchSpecifier: &routev3.HeaderMatcher_PresentMatch{PresentMatch: true}}
 	}
+	return &routev3.HeaderMatcher{Name: name, HeaderMatchSpecifier: &routev3.HeaderMatcher_StringMatch{StringMatch: affixMatcher(v, ignoreCase)}}
+}
+
+// affixMatcher matches v as Istio's policies write values: "*x" a
+// suffix, "x*" a prefix, anything else exactly.
+func affixMatcher(v string, ignoreCase bool) *matcherv3.StringMatcher {
 	m := &matcherv3.StringMatcher{IgnoreCase: ignoreCase}
 	switch {
 	case strings.HasPrefix(v, "*"):
@@ -355,7 +361,7 @@ func headerMatcher(name, v string, ignoreCase bool) *routev3.HeaderMatcher {
 	default:
 		m.MatchPattern = &matcherv3.StringMatcher_Exact{Exact: v}
 	}
-	return &routev3.HeaderMatcher{Name: name, HeaderMatchSpecifier: &routev3.HeaderMatcher_StringMatch{StringMatch: m}}
+	return m
 }
 
 // globRegex is v with each * any characters, the rest literal.

@@ -17,6 +17,7 @@ import (
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	gocmp "github.com/google/go-cmp/cmp"
@@ -49,6 +50,9 @@ var boundaryProxies = []Proxy{
 	{Generator: Envoy, Namespace: "app", Locality: model.Locality{Region: "us-east", Zone: "us-east-a", SubZone: "rack1"}},
 	{Generator: GRPC, Namespace: "app", Locality: model.Locality{Region: "eu-west", Zone: "eu-west-a"}},
 	{Generator: GRPC, Namespace: "app"},
+	// A proxyless gRPC server that uses xDS credentials (the grpcmtls
+	// testdata's pod).
+	{Generator: GRPC, Namespace: "shop", IP: "10.1.0.1", Labels: map[string]string{model.TLSModeLabel: model.IstioTLSMode}},
 }
 
 var durationValue = regexp.MustCompile(`^[0-9.]+(ns|us|ms|s|m|h)$`)
@@ -239,14 +243,22 @@ func invalidResources(t *testing.T, m *model.Mesh) []string {
 // grpcChecks are what grpc-go's xDS client refuses beyond Envoy's rules
 // (its internal/xds/xdsclient/xdsresource): cluster load balancing it
 // does not implement, a retry policy without retries or with a zero
-// backoff, a route match other than prefix, path or regex, and an empty
-// prefix, suffix or contains string matcher in a header match; and what
-// a client older than gRFC A63 (gRPC C-core 1.51) refuses: a header
-// match in any field but the HeaderMatcher's own (string_match).
+// backoff, a route match other than prefix, path or regex, an empty
+// prefix, suffix or contains string matcher in a header match, and the TLS
+// it cannot take (grpcTLSChecks); and what a client older than gRFC A63
+// (gRPC C-core 1.51) refuses: a header match in any field but the
+// HeaderMatcher's own (string_match).
 func grpcChecks(m proto.Message) []string {
 	var out []string
 	_ = eachMessage(m, func(m proto.Message) error {
 		switch x := m.(type) {
+		case *tlsv3.UpstreamTlsContext:
+			out = append(out, grpcTLSChecks(x.GetCommonTlsContext(), false)...)
+		case *tlsv3.DownstreamTlsContext:
+			out = append(out, grpcTLSChecks(x.GetCommonTlsContext(), true)...)
+			if x.GetRequireClientCertificate().GetValue() && grpcValidationContext(x.GetCommonTlsContext()).GetCaCertificateProviderInstance() == nil {
+				out = append(out, "server requires a client certificate without a root provider")
+			}
 		case *clusterv3.Cluster:
 			switch x.GetLbPolicy() {
 			case clusterv3.Cluster_ROUND_ROBIN, clusterv3.Cluster_LEAST_REQUEST:
@@ -292,6 +304,53 @@ func grpcChecks(m proto.Message) []string {
 		return nil
 	})
 	return out
+}
+
+// grpcTLSChecks are what grpc-go's xDS security (gRFC A29, its
+// xdsresource/unmarshal_cds.go and unmarshal_lds.go) refuses in a TLS
+// context: tls_params, certificates other than from a provider instance
+// (files, SDS), a validation context without a root provider, SAN
+// matchers on a server, an identity provider missing on a server; and
+// what pilotwire's bootstrap does not define: an instance other than
+// "default".
+func grpcTLSChecks(c *tlsv3.CommonTlsContext, server bool) []string {
+	var out []string
+	if c == nil {
+		return []string{"TLS context without a common context"}
+	}
+	if c.GetTlsParams() != nil {
+		out = append(out, "tls_params")
+	}
+	if len(c.GetTlsCertificates()) > 0 || len(c.GetTlsCertificateSdsSecretConfigs()) > 0 {
+		out = append(out, "certificates from files or SDS")
+	}
+	vc := grpcValidationContext(c)
+	root, identity := vc.GetCaCertificateProviderInstance(), c.GetTlsCertificateProviderInstance()
+	switch {
+	case root == nil && (!server || vc != nil):
+		out = append(out, "no root certificate provider instance")
+	case root != nil && root.GetInstanceName() != grpcCertProvider:
+		out = append(out, fmt.Sprintf("root certificate provider instance %q", root.GetInstanceName()))
+	}
+	switch {
+	case identity == nil && server:
+		out = append(out, "server without an identity certificate provider instance")
+	case identity != nil && identity.GetInstanceName() != grpcCertProvider:
+		out = append(out, fmt.Sprintf("identity certificate provider instance %q", identity.GetInstanceName()))
+	}
+	//lint:ignore SA1019 grpc-go reads this field
+	if server && len(vc.GetMatchSubjectAltNames()) > 0 {
+		out = append(out, "SAN matchers on a server")
+	}
+	return out
+}
+
+// grpcValidationContext is the validation context grpc-go reads in c.
+func grpcValidationContext(c *tlsv3.CommonTlsContext) *tlsv3.CertificateValidationContext {
+	if vc := c.GetValidationContext(); vc != nil {
+		return vc
+	}
+	return c.GetCombinedValidationContext().GetDefaultValidationContext()
 }
 
 // generateAll generates every type for p, by type URL.

@@ -28,15 +28,19 @@ const GRPCServerListenerPrefix = "xds.istio.io/grpc/lds/inbound/"
 
 // grpcListenerSet is the client listeners of every service, and, for a
 // proxy whose pod serves ports (in), a server listener per port for each
-// address a server may listen on: 0.0.0.0, [::] and the pod IP.
-func grpcListenerSet(m *model.Mesh, in *inbound, ip string, filters []*hcmv3.HttpFilter) (*Set, error) {
+// address a server may listen on: 0.0.0.0, [::] and the pod IP, with the
+// TLS of the workload's PeerAuthentication pa on that port (xdsCreds: the
+// workload uses xDS credentials; grpc_mtls.go) and the authorization
+// filters.
+func grpcListenerSet(m *model.Mesh, in *inbound, ip string, pa model.PeerAuthn, xdsCreds bool, filters []*hcmv3.HttpFilter) (*Set, error) {
 	all, err := perServiceResources(m, keyGRPCOut, false, grpcListeners)
 	if err != nil {
 		return nil, err
 	}
 	for _, p := range inboundPorts(in) {
+		mode := grpcServerMode(pa, xdsCreds, p.target)
 		for _, host := range []string{"0.0.0.0", "::", ip} {
-			l := grpcServerListener(host, p.target, filters)
+			l := grpcServerListener(host, p.target, mode, filters)
 			r, err := newResource(l.Name, l)
 			if err != nil {
 				return nil, err
@@ -48,10 +52,11 @@ func grpcListenerSet(m *model.Mesh, in *inbound, ip string, filters []*hcmv3.Htt
 }
 
 // grpcServerListener is what a gRPC server listening on host:port serves
-// with: plaintext (pilotwire configures no mTLS), every RPC to the server
-// itself (non_forwarding_action), the authorization filters
+// with: one filter chain, mTLS required when mode is STRICT, else
+// plaintext (grpcServerMode never gives PERMISSIVE); every RPC to the
+// server itself (non_forwarding_action), the authorization filters
 // (grpc_rbac.go), the router last.
-func grpcServerListener(host string, port int32, filters []*hcmv3.HttpFilter) *listenerv3.Listener {
+func grpcServerListener(host string, port int32, mode model.MTLSMode, filters []*hcmv3.HttpFilter) *listenerv3.Listener {
 	name := GRPCServerListenerPrefix + net.JoinHostPort(host, portString(port))
 	hcm := &hcmv3.HttpConnectionManager{
 		StatPrefix: "inbound_" + portString(port),
@@ -68,13 +73,18 @@ func grpcServerListener(host string, port int32, filters []*hcmv3.HttpFilter) *l
 		}},
 		HttpFilters: append(slices.Clip(filters), routerFilter()),
 	}
+	fc := &listenerv3.FilterChain{
+		Name:    "inbound-plaintext",
+		Filters: []*listenerv3.Filter{{Name: hcmFilterName, ConfigType: &listenerv3.Filter_TypedConfig{TypedConfig: mustAny(hcm)}}},
+	}
+	if mode == model.MTLSStrict {
+		fc.Name = "inbound-mtls"
+		fc.TransportSocket = grpcServerTLS()
+	}
 	return &listenerv3.Listener{
-		Name:    name,
-		Address: socketAddress(host, port),
-		FilterChains: []*listenerv3.FilterChain{{
-			Name:    "inbound-plaintext",
-			Filters: []*listenerv3.Filter{{Name: hcmFilterName, ConfigType: &listenerv3.Filter_TypedConfig{TypedConfig: mustAny(hcm)}}},
-		}},
+		Name:         name,
+		Address:      socketAddress(host, port),
+		FilterChains: []*listenerv3.FilterChain{fc},
 	}
 }
 
@@ -111,8 +121,17 @@ type grpcRouteKey struct {
 	rules, labels string
 }
 
-func grpcClusterSet(m *model.Mesh, ns string) (*Set, error) {
-	all, err := perServiceRuled(m, ns, keyGRPCCDS, grpcClusters)
+// grpcClusterSet is every service's clusters for a client in namespace ns;
+// autoMTLS says the client uses xDS credentials (grpc_mtls.go).
+func grpcClusterSet(m *model.Mesh, ns string, autoMTLS bool) (*Set, error) {
+	key, gen := keyGRPCCDS, grpcClusters
+	if autoMTLS {
+		key = keyGRPCCDSMTLS
+		gen = func(m *model.Mesh, svc *model.Service, dr *model.DestinationRule) ([]*Resource, error) {
+			return grpcClustersTLS(m, svc, dr, true)
+		}
+	}
+	all, err := perServiceRuled(m, ns, key, gen)
 	if err != nil {
 		return nil, err
 	}
@@ -177,16 +196,25 @@ func grpcRoutes(m *model.Mesh, svc *model.Service, dr *model.DestinationRule, sr
 }
 
 // grpcClusters are the EDS clusters of each port and of each subset of
-// the rule, with what gRPC supports of its traffic policy.
+// the rule, with what gRPC supports of its traffic policy, for a client
+// that does not use xDS credentials unless a rule says so.
 func grpcClusters(m *model.Mesh, svc *model.Service, dr *model.DestinationRule) ([]*Resource, error) {
+	return grpcClustersTLS(m, svc, dr, false)
+}
+
+// grpcClustersTLS are grpcClusters for a client that uses xDS credentials
+// (autoMTLS) or not.
+func grpcClustersTLS(m *model.Mesh, svc *model.Service, dr *model.DestinationRule, autoMTLS bool) ([]*Resource, error) {
 	var out []*Resource
 	err := meshPorts(svc, func(p *model.Port, _ protocol) error {
 		for _, subset := range append([]string{""}, subsetNames(dr)...) {
 			name := model.OutboundClusterName(p.Port, subset, svc.Hostname)
 			c := edsCluster(name)
+			tp := m.TrafficPolicy(dr, p.Port, subset)
 			if dr != nil || m.HasDefaultTrafficPolicy() {
-				grpcTrafficPolicy(c, m.TrafficPolicy(dr, p.Port, subset))
+				grpcTrafficPolicy(c, tp)
 			}
+			c.TransportSocket = grpcClusterTLS(m, svc, p, tp, autoMTLS)
 			r, err := newResource(name, c)
 			if err != nil {
 				return err

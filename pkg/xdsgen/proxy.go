@@ -126,8 +126,9 @@ func generateFor(full *model.Mesh, p Proxy, typeURL string) (*Set, error) {
 	inboundFor := func(_ *model.Mesh, ip string) *inbound { return inboundFor(full, ip) }
 	switch {
 	case p.Generator == GRPC && typeURL == resource.ClusterType:
-		key := proxyKey{gen: GRPC, typeURL: typeURL, rules: m.DestinationRuleView(p.Namespace)}
-		return memoSet(m, key, false, func() (*Set, error) { return grpcClusterSet(m, p.Namespace) })
+		xdsCreds := usesXDSCredentials(p.workloadLabels(full))
+		key := proxyKey{gen: GRPC, typeURL: typeURL, rules: m.DestinationRuleView(p.Namespace), xdsCreds: xdsCreds}
+		return memoSet(m, key, false, func() (*Set, error) { return grpcClusterSet(m, p.Namespace, xdsCreds) })
 	case p.Generator == GRPC && typeURL == resource.RouteType:
 		labels := p.workloadLabels(full)
 		key := proxyKey{gen: GRPC, typeURL: typeURL, rules: m.DestinationRuleView(p.Namespace), ns: m.VirtualServiceView(p.Namespace), labels: labelsKey(m, labels)}
@@ -135,12 +136,14 @@ func generateFor(full *model.Mesh, p Proxy, typeURL string) (*Set, error) {
 	case p.Generator == GRPC && typeURL == resource.ListenerType:
 		in := inboundFor(m, p.IP)
 		if in == nil {
-			return memoSet(m, keyGRPCLDS, false, func() (*Set, error) { return grpcListenerSet(m, nil, "", nil) })
+			return memoSet(m, keyGRPCLDS, false, func() (*Set, error) { return grpcListenerSet(m, nil, "", model.PeerAuthn{}, false, nil) })
 		}
 		labels := p.workloadLabels(full)
-		key := proxyKey{gen: GRPC, typeURL: typeURL, inbound: in.grpcKey, ip: p.IP, authz: securityKey(m, p.Namespace, labels)}
+		pa := full.PeerAuthentication(p.Namespace, labels)
+		xdsCreds := usesXDSCredentials(labels)
+		key := proxyKey{gen: GRPC, typeURL: typeURL, inbound: in.grpcKey, ip: p.IP, authn: pa.Key(), xdsCreds: xdsCreds, authz: securityKey(m, p.Namespace, labels)}
 		return memoSet(m, key, false, func() (*Set, error) {
-			return grpcListenerSet(m, in, p.IP, grpcServerFilters(m, p.Namespace, labels))
+			return grpcListenerSet(m, in, p.IP, pa, xdsCreds, grpcServerFilters(m, p.Namespace, labels))
 		})
 	case p.Generator != Envoy:
 	case p.Type == Router && typeURL == resource.ClusterType:
@@ -196,11 +199,15 @@ type proxyKey struct {
 	labels  string
 	authn   string // the workload's PeerAuthentication (model.PeerAuthn.Key)
 	authz   string // the security policies of the workload (securityKey)
+	// xdsCreds: a proxyless workload that uses xDS credentials
+	// (grpc_mtls.go).
+	xdsCreds bool
 }
 
 var (
 	keyEDS          any = memoKey{typeURL: resource.EndpointType}
-	keyGRPCCDS      any = memoKey{GRPC, resource.ClusterType} // per service
+	keyGRPCCDS      any = memoKey{GRPC, resource.ClusterType}       // per service
+	keyGRPCCDSMTLS  any = memoKey{GRPC, "clusters-xds-credentials"} // per service
 	keyGRPCLDS      any = memoKey{GRPC, resource.ListenerType}
 	keyGRPCRDS      any = memoKey{GRPC, resource.RouteType}        // per service
 	keyEnvoyCDS     any = memoKey{Envoy, resource.ClusterType}     // per service

@@ -298,8 +298,17 @@ func startXDSServer(t *testing.T, ctx context.Context, lis net.Listener, bootstr
 }
 
 // xdsClient dials the echo-server through grpc-go's xDS resolver with
-// bootstrap, with xDS credentials (plaintext fallback) or plaintext.
+// bootstrap, with xDS credentials (plaintext fallback) or plaintext, until
+// the test ends.
 func xdsClient(t *testing.T, bootstrap []byte, withXDSCreds bool) testgrpc.TestServiceClient {
+	t.Helper()
+	c, close := dialXDS(t, bootstrap, withXDSCreds)
+	t.Cleanup(close)
+	return c
+}
+
+// dialXDS is xdsClient with a function that closes the channel.
+func dialXDS(t *testing.T, bootstrap []byte, withXDSCreds bool) (testgrpc.TestServiceClient, func()) {
 	t.Helper()
 	resolver, err := xds.NewXDSResolverWithConfigForTesting(bootstrap)
 	if err != nil {
@@ -315,8 +324,7 @@ func xdsClient(t *testing.T, bootstrap []byte, withXDSCreds bool) testgrpc.TestS
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { cc.Close() })
-	return testgrpc.NewTestServiceClient(cc)
+	return testgrpc.NewTestServiceClient(cc), func() { cc.Close() }
 }
 
 // eventuallyCall polls call (each attempt bounded) until check accepts
@@ -353,7 +361,8 @@ const (
 // CreateCertificate), files on disk read by the file_watcher certificate
 // provider as Istio's bootstrap names it; the namespace is STRICT. A client
 // labelled as using xDS credentials reaches the server over mTLS, each side
-// seeing the other's SPIFFE identity; a plaintext client is refused.
+// seeing the other's SPIFFE identity; a plaintext client is refused, and
+// so is a server whose identity is not the one a DestinationRule requires.
 func TestGRPCXDSCredentials(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end test against a real kube-apiserver")
@@ -377,7 +386,8 @@ func TestGRPCXDSCredentials(t *testing.T) {
 	startXDSServer(t, ctx, lis, grpcBootstrapFor(t, p.ADSAddr, "127.0.0.1", "echo-server-0", nil, serverCerts))
 
 	xdsCredsLabels := map[string]string{"security.istio.io/tlsMode": "istio"}
-	client := xdsClient(t, grpcBootstrapFor(t, p.ADSAddr, "127.0.0.2", "client-0", xdsCredsLabels, clientCerts), true)
+	clientBootstrap := grpcBootstrapFor(t, p.ADSAddr, "127.0.0.2", "client-0", xdsCredsLabels, clientCerts)
+	client := xdsClient(t, clientBootstrap, true)
 	var resp *testgrpc.SimpleResponse
 	var serverPeer peer.Peer
 	eventuallyCall(ctx, t, "an mTLS call from client", func(ctx context.Context) (err error) {
@@ -393,7 +403,7 @@ func TestGRPCXDSCredentials(t *testing.T) {
 
 	// A client without xDS credentials (and without the label, so its
 	// clusters carry no TLS) sends plaintext, which STRICT refuses.
-	plain := xdsClient(t, grpcBootstrapFor(t, p.ADSAddr, "127.0.0.3", "plain-0", nil, ""), false)
+	plain, closePlain := dialXDS(t, grpcBootstrapFor(t, p.ADSAddr, "127.0.0.3", "plain-0", nil, ""), false)
 	for range 3 {
 		cctx, ccancel := context.WithTimeout(ctx, 2*time.Second)
 		_, err := plain.UnaryCall(cctx, &testgrpc.SimpleRequest{})
@@ -402,6 +412,38 @@ func TestGRPCXDSCredentials(t *testing.T) {
 			t.Fatalf("plaintext call under STRICT: %v, want Unavailable", err)
 		}
 	}
+	// Closed before the rule below, which it would reject: its bootstrap
+	// has no certificate provider.
+	closePlain()
+	testutil.Eventually(t, "the plaintext client's ADS stream gone", func() bool {
+		return p.Metric(t, "fe-0", "pilot_xds") == 2 // the server and client
+	})
+
+	// The client checks the server's identity: under a rule requiring
+	// another one a new channel's handshake fails (grpc-go applies a new
+	// security config to new connections only), and without the rule new
+	// channels get through again.
+	pipelinetest.WriteFile(t, dir, "rule.yaml", `apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: echo-server, namespace: default}
+spec:
+  host: echo-server.default.svc.cluster.local
+  trafficPolicy:
+    tls: {mode: ISTIO_MUTUAL, subjectAltNames: [spiffe://cluster.local/ns/default/sa/nobody]}
+`)
+	freshCall := func(ctx context.Context) error {
+		cc, close := dialXDS(t, clientBootstrap, true)
+		defer close()
+		_, err := cc.UnaryCall(ctx, &testgrpc.SimpleRequest{})
+		return err
+	}
+	eventuallyCall(ctx, t, "a server without the rule's identity refused", freshCall,
+		func(err error) bool { return status.Code(err) == codes.Unavailable })
+	if err := os.Remove(filepath.Join(dir, "rule.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	eventuallyCall(ctx, t, "calls back without the rule", freshCall, func(err error) bool { return err == nil })
+
 	if got := p.Metric(t, "fe-0", "pilot_total_xds_rejects"); got != 0 {
 		t.Errorf("grpc clients rejected %v responses, want 0", got)
 	}

@@ -363,6 +363,9 @@ const (
 // labelled as using xDS credentials reaches the server over mTLS, each side
 // seeing the other's SPIFFE identity; a plaintext client is refused, and
 // so is a server whose identity is not the one a DestinationRule requires.
+// Then AuthorizationPolicies on the server: a DENY on one method's path
+// answers PERMISSION_DENIED there and OK on another, and an ALLOW by
+// principal lets the client's service account in and refuses other's.
 func TestGRPCXDSCredentials(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end test against a real kube-apiserver")
@@ -374,6 +377,7 @@ func TestGRPCXDSCredentials(t *testing.T) {
 	caAddr, roots := startCA(t, ctx, cluster, kube)
 	serverCerts := workloadCerts(t, ctx, kube, caAddr, roots, "server")
 	clientCerts := workloadCerts(t, ctx, kube, caAddr, roots, "client")
+	otherCerts := workloadCerts(t, ctx, kube, caAddr, roots, "other")
 
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -443,6 +447,74 @@ spec:
 		t.Fatal(err)
 	}
 	eventuallyCall(ctx, t, "calls back without the rule", freshCall, func(err error) bool { return err == nil })
+
+	// Authorization on the server, by the mTLS identities: a DENY on
+	// EmptyCall's path refuses it and lets UnaryCall through, for client
+	// and other alike.
+	other := xdsClient(t, grpcBootstrapFor(t, p.ADSAddr, "127.0.0.4", "other-0", xdsCredsLabels, otherCerts), true)
+	pipelinetest.WriteFile(t, dir, "authz.yaml", `apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: echo-server, namespace: default}
+spec:
+  selector: {matchLabels: {app: echo-server}}
+  action: DENY
+  rules:
+  - to: [{operation: {paths: [/grpc.testing.TestService/EmptyCall]}}]
+`)
+	isCode := func(c codes.Code) func(error) bool { return func(err error) bool { return status.Code(err) == c } }
+	emptyCall := func(c testgrpc.TestServiceClient) func(context.Context) error {
+		return func(ctx context.Context) error {
+			_, err := c.EmptyCall(ctx, &testgrpc.Empty{})
+			return err
+		}
+	}
+	unaryAs := func(c testgrpc.TestServiceClient, want string) func(context.Context) error {
+		return func(ctx context.Context) error {
+			resp, err := c.UnaryCall(ctx, &testgrpc.SimpleRequest{})
+			if err == nil && resp.GetUsername() != want {
+				return fmt.Errorf("server saw %q, want %q", resp.GetUsername(), want)
+			}
+			return err
+		}
+	}
+	eventuallyCall(ctx, t, "DENY on EmptyCall refuses client", emptyCall(client), isCode(codes.PermissionDenied))
+	eventuallyCall(ctx, t, "DENY on EmptyCall refuses other", emptyCall(other), isCode(codes.PermissionDenied))
+	for _, c := range []struct {
+		client testgrpc.TestServiceClient
+		id     string
+	}{{client, clientID}, {other, otherID}} {
+		cctx, ccancel := context.WithTimeout(ctx, 5*time.Second)
+		err := unaryAs(c.client, c.id)(cctx)
+		ccancel()
+		if err != nil {
+			t.Errorf("UnaryCall as %s under a DENY on EmptyCall: %v", c.id, err)
+		}
+	}
+
+	// An ALLOW for client's principal (replacing the DENY) lets client in,
+	// EmptyCall included, and refuses other.
+	pipelinetest.WriteFile(t, dir, "authz.yaml", `apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: echo-server, namespace: default}
+spec:
+  selector: {matchLabels: {app: echo-server}}
+  action: ALLOW
+  rules:
+  - from: [{source: {principals: [cluster.local/ns/default/sa/client]}}]
+`)
+	eventuallyCall(ctx, t, "ALLOW for client refuses other", unaryAs(other, otherID), isCode(codes.PermissionDenied))
+	eventuallyCall(ctx, t, "ALLOW for client lets EmptyCall in", emptyCall(client), func(err error) bool { return err == nil })
+	for range 3 {
+		cctx, ccancel := context.WithTimeout(ctx, 5*time.Second)
+		errClient, errOther := unaryAs(client, clientID)(cctx), emptyCall(other)(cctx)
+		ccancel()
+		if errClient != nil {
+			t.Errorf("UnaryCall as client under its ALLOW: %v", errClient)
+		}
+		if status.Code(errOther) != codes.PermissionDenied {
+			t.Errorf("EmptyCall as other under client's ALLOW: %v, want PermissionDenied", errOther)
+		}
+	}
 
 	if got := p.Metric(t, "fe-0", "pilot_total_xds_rejects"); got != 0 {
 		t.Errorf("grpc clients rejected %v responses, want 0", got)

@@ -11,6 +11,7 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/pilotwire/pilotwire/pkg/model"
@@ -119,4 +120,34 @@ func goldenJSON(t testing.TB, set *Set) []byte {
 		t.Fatal(err)
 	}
 	return buf.Bytes()
+}
+
+// goldenValue generates typeURL for p, checks every resource (validateDeep
+// and each of checks, failures named by key), and returns those keep
+// selects as the JSON value a golden file holds.
+func goldenValue(t *testing.T, m *model.Mesh, key string, p Proxy, typeURL string, keep func(*Resource) bool, checks ...func(proto.Message) []string) any {
+	t.Helper()
+	set, err := GenerateFor(m, p, typeURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kept []*Resource
+	for _, r := range set.Resources {
+		if err := validateDeep(r.Msg); err != nil {
+			t.Errorf("%s %s: %v", key, r.Name, err)
+		}
+		for _, check := range checks {
+			for _, why := range check(r.Msg) {
+				t.Errorf("%s %s: %s", key, r.Name, why)
+			}
+		}
+		if keep(r) {
+			kept = append(kept, r)
+		}
+	}
+	var v any
+	if err := json.Unmarshal(goldenJSON(t, &Set{Resources: kept}), &v); err != nil {
+		t.Fatal(err)
+	}
+	return v
 }

@@ -1,7 +1,6 @@
 package xdsgen
 
 import (
-	"encoding/json"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -42,27 +41,7 @@ func TestGoldenGRPCMTLS(t *testing.T) {
 				{"server1Listeners", Proxy{Generator: GRPC, Namespace: "shop", IP: "10.1.0.1"}, resource.ListenerType, servers},
 				{"server2Listeners", Proxy{Generator: GRPC, Namespace: "shop", IP: "10.1.0.2"}, resource.ListenerType, servers},
 			} {
-				set, err := GenerateFor(m, tc.proxy, tc.typeURL)
-				if err != nil {
-					t.Fatal(err)
-				}
-				var keep []*Resource
-				for _, r := range set.Resources {
-					if err := validateDeep(r.Msg); err != nil {
-						t.Errorf("%s %s: %v", tc.key, r.Name, err)
-					}
-					for _, why := range append(loadChecks(r.Msg), grpcChecks(r.Msg)...) {
-						t.Errorf("%s %s: %s", tc.key, r.Name, why)
-					}
-					if tc.keep(r) {
-						keep = append(keep, r)
-					}
-				}
-				var v any
-				if err := json.Unmarshal(goldenJSON(t, &Set{Resources: keep}), &v); err != nil {
-					t.Fatal(err)
-				}
-				out[tc.key] = v
+				out[tc.key] = goldenValue(t, m, tc.key, tc.proxy, tc.typeURL, tc.keep, loadChecks, grpcChecks)
 			}
 			out["ignored"] = m.Problems()
 			compareGolden(t, strings.TrimSuffix(in, ".yaml")+".json", out)

@@ -1,7 +1,6 @@
 package xdsgen
 
 import (
-	"encoding/json"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -41,27 +40,7 @@ func TestGoldenMTLS(t *testing.T) {
 				{"serverClusters", Proxy{Generator: Envoy, Namespace: "shop", IP: "10.1.0.1"}, resource.ClusterType,
 					func(r *Resource) bool { return strings.HasPrefix(r.Name, "inbound|") }},
 			} {
-				set, err := GenerateFor(m, tc.proxy, tc.typeURL)
-				if err != nil {
-					t.Fatal(err)
-				}
-				var keep []*Resource
-				for _, r := range set.Resources {
-					if err := validateDeep(r.Msg); err != nil {
-						t.Errorf("%s %s: %v", tc.key, r.Name, err)
-					}
-					for _, why := range loadChecks(r.Msg) {
-						t.Errorf("%s %s: %s", tc.key, r.Name, why)
-					}
-					if tc.keep(r) {
-						keep = append(keep, r)
-					}
-				}
-				var v any
-				if err := json.Unmarshal(goldenJSON(t, &Set{Resources: keep}), &v); err != nil {
-					t.Fatal(err)
-				}
-				out[tc.key] = v
+				out[tc.key] = goldenValue(t, m, tc.key, tc.proxy, tc.typeURL, tc.keep, loadChecks)
 			}
 			out["ignored"] = m.Problems()
 			compareGolden(t, strings.TrimSuffix(in, ".yaml")+".json", out)

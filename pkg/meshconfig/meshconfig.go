@@ -25,6 +25,8 @@ import (
 	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
 	networkingv1alpha3 "istio.io/api/networking/v1alpha3"
 	"sigs.k8s.io/yaml"
+
+	"github.com/pilotwire/pilotwire/pkg/spiffe"
 )
 
 // Mode is MeshConfig.outboundTrafficPolicy.mode.
@@ -52,7 +54,7 @@ const (
 	DefaultDNSRefreshRate = 60 * time.Second
 	// DefaultTrustDomain is the trust domain of workload identities
 	// (spiffe://<trust domain>/ns/<namespace>/sa/<service account>).
-	DefaultTrustDomain = "cluster.local"
+	DefaultTrustDomain = spiffe.DefaultTrustDomain
 )
 
 // MeshConfig is Istio's MeshConfig. The zero value and nil are the default

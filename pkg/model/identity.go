@@ -2,6 +2,8 @@ package model
 
 import (
 	"slices"
+
+	"github.com/pilotwire/pilotwire/pkg/spiffe"
 )
 
 // Workload identity, as Istio names it: a workload's service account
@@ -17,7 +19,7 @@ const IstioTLSMode = "istio"
 // SpiffeIdentity is the SPIFFE identity of service account sa in
 // namespace ns under trustDomain.
 func SpiffeIdentity(trustDomain, ns, sa string) string {
-	return "spiffe://" + trustDomain + "/ns/" + ns + "/sa/" + sa
+	return spiffe.ID(trustDomain, ns, sa)
 }
 
 // deriveIdentity sets what s's config derives from its endpoints: its

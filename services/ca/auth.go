@@ -11,6 +11,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/pilotwire/pilotwire/pkg/spiffe"
+
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
@@ -143,12 +145,7 @@ func (a *tokenAuthenticator) Authenticate(ctx context.Context) (*Caller, error) 
 	if len(parts) != 4 || parts[0] != "system" || parts[1] != "serviceaccount" || parts[2] == "" || parts[3] == "" {
 		return nil, fmt.Errorf("user %q is not a service account name", st.User.Username)
 	}
-	return &Caller{Identities: []string{spiffeID(a.trustDomain, parts[2], parts[3])}, Method: "kubernetes-token"}, nil
-}
-
-// spiffeID is Istio's workload identity.
-func spiffeID(trustDomain, namespace, serviceAccount string) string {
-	return "spiffe://" + trustDomain + "/ns/" + namespace + "/sa/" + serviceAccount
+	return &Caller{Identities: []string{spiffe.ID(a.trustDomain, parts[2], parts[3])}, Method: "kubernetes-token"}, nil
 }
 
 // authenticate tries each authenticator in turn; the first that accepts

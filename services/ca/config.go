@@ -11,6 +11,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/pilotwire/pilotwire/pkg/spiffe"
 	"github.com/pilotwire/pilotwire/pkg/svc"
 	"github.com/pilotwire/pilotwire/services/ca/pki"
 )
@@ -25,7 +26,7 @@ const (
 	// DefaultNamespace holds the CA's Secrets (Istio's POD_NAMESPACE).
 	DefaultNamespace = "istio-system"
 	// DefaultTrustDomain is Istio's default trust domain.
-	DefaultTrustDomain = "cluster.local"
+	DefaultTrustDomain = spiffe.DefaultTrustDomain
 	// DefaultClusterID is Istio's default cluster id.
 	DefaultClusterID = "Kubernetes"
 	// DefaultTokenAudience is the audience istio-agent's tokens carry

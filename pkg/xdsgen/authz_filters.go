@@ -161,15 +161,9 @@ func customFilters(m *model.Mesh, ps []*model.AuthzPolicy) (http []*hcmv3.HttpFi
 		prefix := extAuthzPrefix + "-" + provider + "-"
 		ext, err := m.ExtAuthzProvider(provider)
 		if err != nil || len(names) > 1 {
-			// Deny what the enforced rules match.
-			var enforced []*model.AuthzPolicy
-			for _, p := range group {
-				if !p.DryRun {
-					enforced = append(enforced, p)
-				}
-			}
+			// Deny what the enforced (not dry-run) rules match.
 			for _, t := range []rbacTarget{rbacHTTP, rbacTCP} {
-				rules, _ := rbacRules(enforced, rbacv3.RBAC_DENY, t, prefix)
+				rules, _ := rbacRules(group, rbacv3.RBAC_DENY, t, prefix)
 				if rules == nil {
 					continue
 				}

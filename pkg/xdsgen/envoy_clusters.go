@@ -97,7 +97,7 @@ func envoyClusters(m *model.Mesh, svc *model.Service, dr *model.DestinationRule)
 			}
 			applyMeshTLS(m, c, svc, p, subset, tp, isHTTP2Cluster(proto, tp))
 			if usesEDS(svc) {
-				applyLocalityLbConfig(m, c, m.TrafficPolicy(dr, p.Port, subset))
+				applyLocalityLbConfig(m, c, tp)
 			}
 			r, err := newResource(name, c)
 			if err != nil {

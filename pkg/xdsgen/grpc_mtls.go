@@ -5,7 +5,6 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
-	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	networkingv1 "istio.io/api/networking/v1"
 
@@ -68,10 +67,8 @@ func grpcCommonTLS(sans []string) *tlsv3.CommonTlsContext {
 	vc := &tlsv3.CertificateValidationContext{
 		CaCertificateProviderInstance: &tlsv3.CertificateProviderPluginInstance{InstanceName: grpcCertProvider, CertificateName: sdsRoot},
 	}
-	for _, san := range sans {
-		//lint:ignore SA1019 grpc-go matches SANs with this field
-		vc.MatchSubjectAltNames = append(vc.MatchSubjectAltNames, &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: san}})
-	}
+	//lint:ignore SA1019 grpc-go matches SANs with this field
+	vc.MatchSubjectAltNames = sanMatchers(sans)
 	return &tlsv3.CommonTlsContext{
 		TlsCertificateProviderInstance: &tlsv3.CertificateProviderPluginInstance{InstanceName: grpcCertProvider, CertificateName: sdsDefault},
 		ValidationContextType:          &tlsv3.CommonTlsContext_ValidationContext{ValidationContext: vc},

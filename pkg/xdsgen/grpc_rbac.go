@@ -1,6 +1,8 @@
 package xdsgen
 
 import (
+	"slices"
+
 	rbacv3 "github.com/envoyproxy/go-control-plane/envoy/config/rbac/v3"
 	rbachttpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rbac/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
@@ -29,17 +31,10 @@ const grpcRBACDenyName = "envoy.filters.http.rbac.DENY"
 func grpcServerFilters(m *model.Mesh, ns string, labels map[string]string) []*hcmv3.HttpFilter {
 	az := m.AuthorizationPolicies(ns, labels)
 	jwt := m.RequestAuthentications(ns, labels)
-	enforced := func(ps []*model.AuthzPolicy) []*model.AuthzPolicy {
-		var out []*model.AuthzPolicy
-		for _, p := range ps {
-			if !p.DryRun {
-				out = append(out, p)
-			}
-		}
-		return out
-	}
 	var out []*hcmv3.HttpFilter
-	deny, _ := rbacRules(enforced(append(append([]*model.AuthzPolicy(nil), az.Deny...), az.Custom...)), rbacv3.RBAC_DENY, rbacGRPC, "")
+	// rbacRules sets dry-run policies apart (its second result): gRPC
+	// servers enforce only the others.
+	deny, _ := rbacRules(append(slices.Clip(az.Deny), az.Custom...), rbacv3.RBAC_DENY, rbacGRPC, "")
 	if p := tokenBearerDeny(jwt.Rules); p != nil {
 		if deny == nil {
 			deny = &rbacv3.RBAC{Action: rbacv3.RBAC_DENY, Policies: map[string]*rbacv3.Policy{}}
@@ -49,7 +44,7 @@ func grpcServerFilters(m *model.Mesh, ns string, labels map[string]string) []*hc
 	if deny != nil && len(deny.Policies) > 0 {
 		out = append(out, rbacHTTPFilter(grpcRBACDenyName, &rbachttpv3.RBAC{Rules: deny}))
 	}
-	if allow, _ := rbacRules(enforced(az.Allow), rbacv3.RBAC_ALLOW, rbacGRPC, ""); allow != nil {
+	if allow, _ := rbacRules(az.Allow, rbacv3.RBAC_ALLOW, rbacGRPC, ""); allow != nil {
 		// An ALLOW policy whose rules all match nothing refuses every
 		// request, as on Envoy (Istio's grpcgen leaves it out).
 		out = append(out, rbacHTTPFilter(rbacHTTPName, &rbachttpv3.RBAC{Rules: allow}))

@@ -97,15 +97,22 @@ func defaultSNI(port int32, subset, host string) string {
 	return "outbound_." + portString(port) + "_." + subset + "_." + host
 }
 
+// sanMatchers match any of sans exactly (nil for none).
+func sanMatchers(sans []string) []*matcherv3.StringMatcher {
+	var out []*matcherv3.StringMatcher
+	for _, san := range sans {
+		out = append(out, exactMatcher(san))
+	}
+	return out
+}
+
 // istioMutualSocket is the client's Istio mTLS transport socket: the
 // workload certificate, the mesh root, the server's identity among sans
 // (none: any the root signed), sni and the in-mesh ALPN.
 func istioMutualSocket(sni string, sans []string, h2 bool) *corev3.TransportSocket {
 	vc := &tlsv3.CertificateValidationContext{}
-	for _, san := range sans {
-		//lint:ignore SA1019 Istio matches the SANs with this field (any SAN type)
-		vc.MatchSubjectAltNames = append(vc.MatchSubjectAltNames, &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: san}})
-	}
+	//lint:ignore SA1019 Istio matches the SANs with this field (any SAN type)
+	vc.MatchSubjectAltNames = sanMatchers(sans)
 	alpn := alpnInMesh
 	if h2 {
 		alpn = alpnInMeshH2

@@ -122,7 +122,7 @@ func (cc inboundChainConfig) chains(port uint32, proto protocol, mode model.MTLS
 			}
 			fc.Name, fc.Filters = cc.httpName, []*listenerv3.Filter{httpFilter}
 			if o.mtls {
-				fc.TransportSocket = inboundMTLSSocketHTTP()
+				fc.TransportSocket = inboundMTLSSocketShared()
 			}
 		} else {
 			if tcpFilters == nil {
@@ -130,7 +130,7 @@ func (cc inboundChainConfig) chains(port uint32, proto protocol, mode model.MTLS
 			}
 			fc.Name, fc.Filters = cc.tcpName, tcpFilters
 			if o.mtls {
-				fc.TransportSocket = inboundMTLSSocketTCP()
+				fc.TransportSocket = inboundMTLSSocketShared()
 			}
 		}
 		out = append(out, fc)
@@ -160,11 +160,11 @@ func inboundMTLSSocket() *corev3.TransportSocket {
 		CommonTlsContext: &tlsv3.CommonTlsContext{
 			TlsParams:                      params,
 			AlpnProtocols:                  []string{"h2", "http/1.1"},
-			TlsCertificateSdsSecretConfigs: []*tlsv3.SdsSecretConfig{agentSecret(sdsDefault)},
+			TlsCertificateSdsSecretConfigs: []*tlsv3.SdsSecretConfig{defaultSecret()},
 			ValidationContextType: &tlsv3.CommonTlsContext_CombinedValidationContext{
 				CombinedValidationContext: &tlsv3.CommonTlsContext_CombinedCertificateValidationContext{
 					DefaultValidationContext:         &tlsv3.CertificateValidationContext{},
-					ValidationContextSdsSecretConfig: agentSecret(sdsRoot),
+					ValidationContextSdsSecretConfig: rootSecret(),
 				},
 			},
 		},
@@ -173,12 +173,10 @@ func inboundMTLSSocket() *corev3.TransportSocket {
 	return &corev3.TransportSocket{Name: transportSocketTLS, ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: mustAny(ctx)}}
 }
 
-// The HTTP and TCP chains' sockets: the same today (no metadata exchange
-// ALPN on TCP), kept apart as Istio keeps them. Shared, read-only.
-var (
-	inboundMTLSSocketHTTP = sync.OnceValue(inboundMTLSSocket)
-	inboundMTLSSocketTCP  = sync.OnceValue(inboundMTLSSocket)
-)
+// inboundMTLSSocketShared is the socket of the HTTP and the TCP chains
+// alike (no metadata exchange ALPN on TCP), built and marshalled once.
+// Shared, read-only.
+var inboundMTLSSocketShared = sync.OnceValue(inboundMTLSSocket)
 
 // inspectorNeeds is what the chains of one destination port need.
 type inspectorNeeds struct{ tls, http bool }

@@ -11,7 +11,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/pilotwire/pilotwire/pkg/bus"
 	"github.com/pilotwire/pilotwire/pkg/meshconfig"
 	"github.com/pilotwire/pilotwire/pkg/model"
 	pb "github.com/pilotwire/pilotwire/proto/pilotwire/v1"
@@ -38,8 +37,7 @@ func unsupportedConfig(ctx context.Context, s *session, mc *meshconfig.MeshConfi
 	}
 	var filter []string
 	for _, gk := range model.UnsupportedKinds() {
-		kind := bus.EscapeToken(bus.KindToken(&pb.ObjectRef{Group: gk.Group, Kind: gk.Kind}))
-		filter = append(filter, s.names.Prefix+".changes.*."+kind+".>")
+		filter = append(filter, s.names.ChangesKind(&pb.ObjectRef{Group: gk.Group, Kind: gk.Kind}))
 	}
 	out := []ignoredConfig{}
 	err = scanStream(ctx, stream, scanOptions{Filter: filter, LastPerSubject: true}, func(msg jetstream.Msg, _ *jetstream.MsgMetadata) error {

@@ -163,13 +163,18 @@ func (w *secretWatcher) changed(obj any, op string) {
 	w.onChange(key, w.now())
 }
 
-// run runs the informer until ctx ends.
+// run runs the informer until ctx ends, and returns once it has stopped.
 func (w *secretWatcher) run(ctx context.Context) {
-	go w.inf.RunWithContext(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		w.inf.RunWithContext(ctx)
+	}()
 	if cache.WaitForCacheSync(ctx.Done(), w.inf.HasSynced) {
 		w.log.Info("secrets listed for SDS", "secrets", len(w.inf.GetStore().ListKeys()))
 	}
 	<-ctx.Done()
+	<-done
 }
 
 // cached counts the Secrets held.

@@ -615,7 +615,11 @@ func (c *conn) sdsAuthorize(w *sdsWatch, mesh *model.Mesh, name string, ref sdsR
 		return fmt.Errorf("secret %s/%s is not in the proxy's namespace %s", ref.namespace, ref.secret, id.namespace)
 	}
 	if ref.gateway {
-		if !c.gatewayRefs(w, mesh)[name] {
+		refs, err := c.gatewayRefs(w, mesh)
+		if err != nil {
+			return err
+		}
+		if !refs[name] {
 			return fmt.Errorf("%s is not a certificate reference of a Gateway this proxy serves", name)
 		}
 		return nil
@@ -659,16 +663,19 @@ func (c *conn) sdsIdentity(w *sdsWatch) *sdsIdentity {
 // gatewayRefs are the SDS names the proxy's own listeners reference (a
 // router's): the certificate references verified for it. Kept per
 // listener set.
-func (c *conn) gatewayRefs(w *sdsWatch, mesh *model.Mesh) map[string]bool {
+func (c *conn) gatewayRefs(w *sdsWatch, mesh *model.Mesh) (map[string]bool, error) {
 	if c.proxy.Type != ProxyRouter || mesh == nil {
-		return nil
+		return nil, nil
 	}
 	set, err := c.s.generate(mesh, c.proxy, resource.ListenerType)
 	if err != nil {
-		return nil
+		// Withheld as before, for the true reason (logged and counted with
+		// the name by the caller), and counted as a failed generation.
+		c.s.metrics.generateErrors.WithLabelValues(shortType(resource.ListenerType)).Inc()
+		return nil, fmt.Errorf("the gateway's listeners to check the reference against: %w", err)
 	}
 	if set == w.lds {
-		return w.ldsRefs
+		return w.ldsRefs, nil
 	}
 	refs := make(map[string]bool)
 	for _, r := range set.Resources {
@@ -694,7 +701,7 @@ func (c *conn) gatewayRefs(w *sdsWatch, mesh *model.Mesh) map[string]bool {
 		}
 	}
 	w.lds, w.ldsRefs = set, refs
-	return refs
+	return refs, nil
 }
 
 // sdsMetrics are the SDS metrics of a frontend.

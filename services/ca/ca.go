@@ -91,7 +91,7 @@ func (s *Service) Run(ctx context.Context) error {
 	m := newMetrics(s.deps.Reg)
 	registerExpiry(s.deps.Reg, authority, source == sourcePlugin)
 
-	serving := &servingCert{authority: authority, dnsNames: s.cfg.dnsNames(), ttl: s.cfg.MaxWorkloadCertTTL, now: time.Now}
+	serving := &servingCert{authority: authority, dnsNames: s.cfg.dnsNames(), ttl: s.cfg.MaxWorkloadCertTTL, now: time.Now, log: s.log, renewErrors: m.servingRenewErrors}
 	if _, err := serving.get(); err != nil {
 		return err
 	}

@@ -20,6 +20,8 @@ type metrics struct {
 
 	rootCertWrites *prometheus.CounterVec
 	rootCertErrors prometheus.Counter
+
+	servingRenewErrors prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -48,8 +50,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		rootCertErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "pilotwire_ca_root_cert_configmap_errors", Help: "Failed writes of an istio-ca-root-cert ConfigMap (retried).",
 		}),
+		servingRenewErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pilotwire_ca_serving_cert_renew_errors", Help: "Failed renewals of the CA's own serving certificate (the old one is served while valid; retried at the next handshake).",
+		}),
 	}
-	reg.MustRegister(m.csrs, m.authnFailures, m.csrParseErrors, m.idExtractErrors, m.signErrors, m.issued, m.rootCertWrites, m.rootCertErrors)
+	reg.MustRegister(m.csrs, m.authnFailures, m.csrParseErrors, m.idExtractErrors, m.signErrors, m.issued, m.rootCertWrites, m.rootCertErrors, m.servingRenewErrors)
 	for _, kind := range []string{pki.KindCSR, pki.KindTTL, pki.KindCertGen} {
 		m.signErrors.WithLabelValues(kind)
 	}

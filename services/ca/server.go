@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
@@ -83,11 +84,15 @@ type servingCert struct {
 	dnsNames  []string
 	ttl       time.Duration
 	now       func() time.Time
+	// a failed renewal is logged (once per failing stretch) and counted
+	log         *slog.Logger
+	renewErrors prometheus.Counter
 
 	// Guarded by mu.
 	mu      sync.Mutex
 	cert    *tls.Certificate
 	renewAt time.Time
+	failing bool // the last renewal failed (logged)
 }
 
 // get returns the current certificate, renewing it when due. A failed
@@ -101,11 +106,20 @@ func (s *servingCert) get() (*tls.Certificate, error) {
 	}
 	c, err := s.authority.IssueServing(s.dnsNames, s.ttl)
 	if err != nil {
+		s.renewErrors.Inc()
 		if s.cert != nil && now.Before(s.cert.Leaf.NotAfter) {
+			if !s.failing {
+				s.log.Warn("serving certificate not renewed; serving the old one while it is valid", "err", err, "not_after", s.cert.Leaf.NotAfter)
+			}
+			s.failing = true
 			return s.cert, nil
 		}
 		return nil, fmt.Errorf("serving certificate: %w", err)
 	}
+	if s.failing {
+		s.log.Info("serving certificate renewed after failures")
+	}
+	s.failing = false
 	s.cert = c
 	s.renewAt = c.Leaf.NotBefore.Add(c.Leaf.NotAfter.Sub(c.Leaf.NotBefore) / 2)
 	return c, nil
